@@ -1,0 +1,1 @@
+"""Domain model, ports and errors: no I/O, imported by every other layer."""

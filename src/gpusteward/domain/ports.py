@@ -1,0 +1,74 @@
+"""Protocols for every outside system. Each has a fake in the package (the simulator)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
+
+from gpusteward.domain.models import Decision, Level, Notice, Observation, Outcome, Workload
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Wall-clock and monotonic time, injected so a simulated day runs in seconds."""
+
+    def now(self) -> datetime: ...
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(tz=UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+@runtime_checkable
+class Source(Protocol):
+    """Senses GPUs, their samples and the workloads holding them."""
+
+    name: str
+
+    def observe(self, now: datetime) -> Observation:
+        """One observation. Raises ``SourceError`` when nothing could be observed."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Carries out decisions through a system's own API."""
+
+    name: str
+
+    def supports(self, workload: Workload, level: Level) -> bool: ...
+
+    def current(self, workload: Workload) -> Workload | None:
+        """The workload as the system sees it now (pre-flight), or None when it is gone."""
+        ...
+
+    def execute(self, decision: Decision, workload: Workload) -> Outcome:
+        """Do it. Raise ``ExecutionError`` on failure; must be safe to call again."""
+        ...
+
+    def verify(self, decision: Decision, workload: Workload) -> bool:
+        """Whether the effect of ``decision`` is visible now."""
+        ...
+
+
+@runtime_checkable
+class Notifier(Protocol):
+    """Tells an owner (or admins) something."""
+
+    def send(self, notice: Notice) -> None: ...
