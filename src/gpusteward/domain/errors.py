@@ -1,13 +1,13 @@
 """The error tree. Every error gpusteward raises on purpose derives from ``StewardError``.
 
-    StewardError
-    ├── ConfigError            bad config or rule file (file, line, problem); CLI exit code 2
-    │   └── RuleError          a rule that does not validate or compile
-    ├── SourceError            a source could not observe (down, timeout, bad payload)
-    │   └── SourceUnavailable  the source cannot work here at all (no driver, no binary)
-    ├── ExecutionError         an executor could not carry out an action
-    │   └── PreflightFailed    the re-check before acting no longer holds
-    └── StoreError             durable state could not be read or written
+StewardError
+├── ConfigError            bad config or rule file (file, line, problem); CLI exit code 2
+│   └── RuleError          a rule that does not validate or compile
+├── SourceError            a source could not observe (down, timeout, bad payload)
+│   └── SourceUnavailable  the source cannot work here at all (no driver, no binary)
+├── ExecutionError         an executor could not carry out an action
+│   └── PreflightFailed    the re-check before acting no longer holds
+└── StoreError             durable state could not be read or written
 """
 
 from __future__ import annotations

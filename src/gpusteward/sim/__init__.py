@@ -1,1 +1,32 @@
-"""sim."""
+"""The embedded simulated cluster: the default source, its executor and a clock.
+
+It serves the demo and the tests: workloads with a known ground truth (``Truth``) so
+that what the agent did can be scored (``SimCluster.score``).
+"""
+
+from gpusteward.sim.behaviours import Behaviour, Mode, Plan
+from gpusteward.sim.clock import SimClock
+from gpusteward.sim.cluster import DEFAULT_START, SimCluster
+from gpusteward.sim.executor import SimExecutor
+from gpusteward.sim.records import EndHow, Ending, Event, Score, Truth
+from gpusteward.sim.scenarios import SCENARIOS, Row, Scenario
+from gpusteward.sim.source import SimSource
+
+__all__ = [
+    "DEFAULT_START",
+    "SCENARIOS",
+    "Behaviour",
+    "EndHow",
+    "Ending",
+    "Event",
+    "Mode",
+    "Plan",
+    "Row",
+    "Scenario",
+    "Score",
+    "SimClock",
+    "SimCluster",
+    "SimExecutor",
+    "SimSource",
+    "Truth",
+]

@@ -1,0 +1,5 @@
+"""``python -m gpusteward``."""
+
+from gpusteward.cli import main
+
+main()

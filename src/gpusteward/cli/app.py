@@ -1,0 +1,271 @@
+"""The ``gpusteward`` commands. The CLI package is the only place that prints."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from gpusteward.analysis.rules import compile_rules, load_rule_pack
+from gpusteward.cli import views
+from gpusteward.domain.errors import ConfigError, StewardError
+from gpusteward.runtime import demo as demo_mod
+from gpusteward.runtime.config import Settings, load_settings
+from gpusteward.runtime.loop import StopFlag, run_forever
+from gpusteward.runtime.wiring import build_steward, load_rules
+from gpusteward.store.db import StateStore
+
+app = typer.Typer(
+    help=(
+        "gpusteward watches every GPU, finds the ones that burn money without doing work, "
+        "and gives them back safely: notify → checkpoint-then-stop → force, dry-run by default.\n\n"
+        "Start with `gpusteward demo` (a simulated 64-GPU cluster for 24 h), then "
+        "`gpusteward scan` to see what it would do on your source."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+rules_app = typer.Typer(help="Work with rule packs (YAML files of waste rules).", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", "-c", help="Config file (YAML). Without it: built-in defaults and GPUSTEWARD_* env."
+    ),
+]
+SourceOpt = Annotated[
+    str | None, typer.Option("--source", "-s", help="Override the configured source (e.g. sim).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for scripts instead of tables.")]
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Config errors exit 2 with file:line: problem; other steward errors exit 1."""
+    try:
+        yield
+    except ConfigError as e:
+        _fail(str(e), 2)
+    except StewardError as e:
+        _fail(str(e), 1)
+
+
+def _settings(config: Path | None, **overrides: Any) -> Settings:
+    return load_settings(config, **overrides)
+
+
+def _store(settings: Settings) -> StateStore:
+    store = StateStore(settings.store.url)
+    store.create_schema()
+    return store
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+@app.command()
+def demo(
+    hours: Annotated[float, typer.Option(help="Simulated hours to run.")] = 24.0,
+    nodes: Annotated[int, typer.Option(help="Simulated nodes.")] = 8,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
+    seed: Annotated[int, typer.Option(help="Simulator seed: same seed, same day.")] = 42,
+    tick_seconds: Annotated[float, typer.Option(help="Simulated seconds between ticks.")] = 60.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run the whole loop on the built-in simulated cluster, in enforce mode against the simulator.
+
+    A simulated day finishes in seconds. It reports what was found, every action by level,
+    the GPU-hours and money reclaimed, and `false actions` (stops of workloads the simulator
+    knows were productive, which must be 0).
+    """
+    with _errors():
+        total = max(1, int(hours * 3600 / tick_seconds))
+        with _progress(disable=json_out) as advance:
+            result = demo_mod.run_demo(
+                hours=hours,
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                seed=seed,
+                tick_seconds=tick_seconds,
+                on_tick=lambda done: advance(done, total),
+            )
+    if json_out:
+        _print_json(result.summary())
+        return
+    views.print_demo(out, result)
+
+
+@contextmanager
+def _progress(*, disable: bool) -> Iterator[Callable[[int, int], None]]:
+    progress = Progress(
+        TextColumn("simulating"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} ticks"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=disable,
+        transient=True,
+    )
+    task = progress.add_task("sim", total=None)
+
+    def advance(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    with progress:
+        yield advance
+
+
+@app.command()
+def run(
+    config: ConfigOpt = None,
+    source: SourceOpt = None,
+    enforce: Annotated[bool, typer.Option("--enforce", help="Act for real (default: dry-run).")] = False,
+    max_ticks: Annotated[
+        int | None, typer.Option(help="Stop after this many ticks (default: run until SIGTERM).")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every tick.")] = False,
+) -> None:
+    """Run the loop continuously: a tick every `tick_seconds` (default 30 s).
+
+    Dry-run unless --enforce is given or the config says `mode: enforce`. SIGTERM or Ctrl-C
+    finishes the current tick and exits. `gpusteward pause` stops all actions from the next tick.
+    """
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    with _errors():
+        settings = _settings(config, **({"mode": "enforce"} if enforce else {}))
+        steward, _ = build_steward(settings, source_name=source)
+        stop = StopFlag()
+        signal.signal(signal.SIGTERM, stop.set)
+        signal.signal(signal.SIGINT, stop.set)
+        err.print(
+            f"gpusteward running: source={steward.source.name} mode={settings.mode} "
+            f"tick={settings.tick_seconds:g}s state={settings.store.url}",
+            highlight=False,
+        )
+        ticks = run_forever(steward, settings.tick_seconds, stop, max_ticks=max_ticks)
+        err.print(f"stopped after {ticks} tick(s)")
+
+
+@app.command()
+def scan(config: ConfigOpt = None, source: SourceOpt = None, json_out: JsonOpt = False) -> None:
+    """Run one tick and show the findings and what would be done (always dry-run)."""
+    with _errors():
+        settings = _settings(config, mode="dry-run")
+        steward, _ = build_steward(settings, source_name=source)
+        report = steward.tick()
+    if json_out:
+        _print_json(views.report_json(report))
+        return
+    views.print_scan(out, report, steward.gpus)
+
+
+@app.command()
+def explain(
+    workload: Annotated[str, typer.Argument(help="Workload id, or a unique part of it.")],
+    config: ConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show the evidence and the decision history of one workload."""
+    with _errors():
+        store = _store(_settings(config))
+        matches = [w.id for w in store.find_workloads(workload)]
+        exact = [m for m in matches if m == workload]
+        if exact:
+            matches = exact
+        if not matches:
+            _fail(f"no workload matches {workload!r} in {store.url}", 1)
+        if len(matches) > 1:
+            _fail(f"{workload!r} matches {len(matches)} workloads: {', '.join(matches[:10])}", 1)
+        history = views.workload_history(store, matches[0])
+    if json_out:
+        _print_json(history)
+        return
+    views.print_explain(out, history)
+
+
+@app.command()
+def audit(
+    config: ConfigOpt = None,
+    limit: Annotated[int, typer.Option(help="How many recent actions.")] = 50,
+    workload: Annotated[str | None, typer.Option(help="Only this workload.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List recent actions: when, which workload, which step, and how it ended."""
+    with _errors():
+        store = _store(_settings(config))
+        actions = store.actions(limit=limit, workload_id=workload)
+    if json_out:
+        _print_json([views.action_json(a) for a in actions])
+        return
+    views.print_actions(out, actions)
+
+
+@app.command()
+def pause(
+    config: ConfigOpt = None,
+    reason: Annotated[str, typer.Option(help="Why (kept in the audit log).")] = "",
+    by: Annotated[str, typer.Option(help="Who pauses.")] = "cli",
+) -> None:
+    """Flip the global kill switch: no action is taken from the next tick on."""
+    _set_paused(config, True, reason, by)
+
+
+@app.command()
+def resume(
+    config: ConfigOpt = None,
+    reason: Annotated[str, typer.Option(help="Why (kept in the audit log).")] = "",
+    by: Annotated[str, typer.Option(help="Who resumes.")] = "cli",
+) -> None:
+    """Release the kill switch: ladders continue from where they were."""
+    _set_paused(config, False, reason, by)
+
+
+def _set_paused(config: Path | None, paused: bool, reason: str, by: str) -> None:
+    with _errors():
+        settings = _settings(config)
+        store = _store(settings)
+        store.set_paused(paused, by=by, reason=reason, at=views.utcnow())
+    out.print("paused: no actions until `gpusteward resume`" if paused else "resumed", highlight=False)
+
+
+@rules_app.command("check")
+def rules_check(file: Annotated[Path, typer.Argument(help="Rule pack (YAML) to validate.")]) -> None:
+    """Validate and compile a rule pack; exit 2 naming the file, line and problem when it is wrong."""
+    with _errors():
+        pack = load_rule_pack(file)
+        compiled = compile_rules(pack)
+    out.print(f"{file}: {len(compiled)} rule(s) OK: {', '.join(r.name for r in pack.rules)}", highlight=False)
+
+
+@rules_app.command("show")
+def rules_show(config: ConfigOpt = None) -> None:
+    """List the rules in force (default pack plus configured files)."""
+    with _errors():
+        rules = load_rules(_settings(config))
+    views.print_rules(out, rules)
+
+
+def main() -> None:
+    app()

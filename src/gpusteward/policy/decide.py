@@ -1,0 +1,289 @@
+"""Findings in, decisions out: one decision per workload that has a finding or a ladder.
+
+Pure and deterministic: no clock (``now`` comes in), no I/O, inputs are never mutated and
+outputs are sorted by workload id. Dry-run and enforce get the same decisions; whether a
+decision is executed is the runtime's business (``Decision.acts`` says whether it should be).
+
+A held decision carries the level and step it would have taken, with ``hold`` saying why it
+does not; only acting decisions carry an idempotency key and advance the ladder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpusteward.domain.models import (
+    Decision,
+    Finding,
+    Gpu,
+    Hold,
+    LadderState,
+    Level,
+    RuleAction,
+    Workload,
+)
+from gpusteward.policy import guards, ladder
+from gpusteward.policy.ladder import Step
+from gpusteward.policy.settings import PolicySettings
+
+
+@dataclass(frozen=True)
+class PolicyInput:
+    now: datetime
+    findings: Sequence[Finding]
+    #: Running workloads by id.
+    workloads: Mapping[str, Workload]
+    #: Persisted ladders by workload id.
+    states: Mapping[str, LadderState]
+    #: Workloads with stale or missing data this tick: nothing advances, nothing clears.
+    unknown_workloads: frozenset[str]
+    gpus: Mapping[str, Gpu]
+    paused: bool = False
+    #: L2+ actions executed in the last hour, and the GPUs they touched (from the store).
+    recent_actions: int = 0
+    recent_action_gpus: int = 0
+    #: Per rule, the workloads it could not judge (too little data since a restart or a new
+    #: holder): a ladder driven by that rule neither advances nor clears on them.
+    unjudged: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    decisions: tuple[Decision, ...]
+    #: Ladders to persist (new or changed). Disjoint from ``cleared``.
+    states: Mapping[str, LadderState]
+    #: Workload ids whose ladder ends (waste gone, workload gone, restarted, opted out).
+    cleared: frozenset[str]
+
+
+@dataclass
+class _Plan:
+    """One workload's decision while the tick-wide guards may still hold its step."""
+
+    workload_id: str
+    reason: str
+    workload: Workload | None = None
+    finding: Finding | None = None
+    advice: bool = False
+    seen: str = ""
+    state: LadderState | None = None
+    clear: bool = False
+    step: Step | None = None
+    hold: Hold = Hold.NONE
+    rule: str = ""
+    gpu_uuids: tuple[str, ...] = ()
+
+
+def idempotency_key(state: LadderState, step: Step) -> str:
+    """``workload:incarnation:episode:step``, unique per waste episode so that a second episode
+    of the same workload gets its warnings again instead of colliding with the first one's."""
+    return f"{state.workload_id}:{state.incarnation}:{int(state.first_seen_at.timestamp())}:{step.name}"
+
+
+def _waste(f: Finding) -> tuple[float, float, str]:
+    # The rule name breaks ties so the driver does not depend on finding order.
+    return f.wasted_cost, f.wasted_gpu_hours, f.rule
+
+
+def _driver(findings: Sequence[Finding]) -> Finding | None:
+    """The reclaim finding with the most waste, else the most wasteful advice."""
+    reclaim = [f for f in findings if f.action is RuleAction.RECLAIM]
+    pool = reclaim or list(findings)
+    return max(pool, key=_waste) if pool else None
+
+
+def _gpu_names(uuids: Sequence[str], gpus: Mapping[str, Gpu]) -> str:
+    names = [gpus[u].display if u in gpus else u for u in uuids]
+    if len(names) > 4:
+        return ", ".join(names[:4]) + f" and {len(names) - 4} more"
+    return ", ".join(names) or "no known GPU"
+
+
+def _seen(f: Finding, gpus: Mapping[str, Gpu]) -> str:
+    """What was seen: rule, GPUs, minutes and money, in one sentence."""
+    n = len(f.gpu_uuids)
+    what = f.message.strip().rstrip(".") if f.message.strip() else f.kind
+    return (
+        f"{f.rule}: {what} on {n} GPU{'s' if n != 1 else ''} ({_gpu_names(f.gpu_uuids, gpus)}) "
+        f"for {f.wasted_minutes:.0f} min, {f.wasted_gpu_hours:.1f} GPU-hours costing "
+        f"{f.wasted_cost:.2f} so far."
+    )
+
+
+def _join(*parts: str) -> str:
+    return " ".join(p for p in parts if p)
+
+
+def _ahead(state: LadderState, p: _Plan, now: datetime, settings: PolicySettings) -> str:
+    steps = ladder.schedule(state, settings.ladder, now, advice=p.advice, max_level=settings.max_level)
+    if not steps:
+        return ""
+    plan = ", ".join(f"{s.title} ({s.name}) {ladder.when(at, now)}" for s, at in steps)
+    return f" Next: {plan}, unless the GPUs get busy again."
+
+
+def _plan(wid: str, findings: Sequence[Finding], inp: PolicyInput, settings: PolicySettings) -> _Plan | None:
+    now, prev, w = inp.now, inp.states.get(wid), inp.workloads.get(wid)
+    driver = _driver(findings)
+    unjudged = driver is None and prev is not None and wid in inp.unjudged.get(prev.rule, frozenset())
+    if wid in inp.unknown_workloads or unjudged:
+        seen = _seen(driver, inp.gpus) if driver else ""
+        where = f" (the ladder stays at {prev.step or 'no step yet'})" if prev else ""
+        rule = driver.rule if driver else prev.rule if prev else ""
+        return _Plan(
+            wid,
+            _join(seen, f"No fresh data: nothing is done{where}."),
+            workload=w,
+            finding=driver,
+            seen=seen,
+            state=prev,
+            hold=Hold.STALE,
+            rule=rule,
+            gpu_uuids=driver.gpu_uuids if driver else (),
+        )
+    if w is None:
+        if prev is None:
+            rule = driver.rule if driver else ""
+            return _Plan(wid, "The workload is not running: nothing to do.", finding=driver, rule=rule)
+        return _Plan(wid, "The workload is no longer running: its ladder ends.", clear=True, rule=prev.rule)
+    restarted = prev is not None and prev.incarnation != w.incarnation
+    if restarted:
+        prev = None
+    if driver is None:
+        why = "It restarted" if restarted else "No waste is seen on fresh data any more"
+        return _Plan(wid, f"{why}: its ladder is reset.", workload=w, clear=True)
+    advice = driver.action is not RuleAction.RECLAIM
+    seen = _seen(driver, inp.gpus)
+    p = _Plan(wid, "", w, driver, advice, seen, rule=driver.rule, gpu_uuids=driver.gpu_uuids)
+    owner_hold = guards.protected(w, settings.protect) or guards.excluded(w, now)
+    if owner_hold is not None:
+        # The owner opted out: the ladder ends, and starts again from a first warning later.
+        p.clear, p.hold = True, owner_hold.hold
+        p.reason = f"{seen} Nothing is done: {owner_hold.reason}."
+        return p
+    if prev is not None and ladder.kind(prev) in (None, "advice" if advice else "reclaim"):
+        p.state = ladder.observe(prev, driver.rule, now)
+    else:
+        p.state = ladder.start(wid, w.incarnation, driver.rule, now)
+    nxt = ladder.next_step(p.state, settings.ladder, advice=advice)
+    if nxt is None:
+        p.hold = Hold.ADVICE_ONLY if advice else Hold.WAITING
+        done = ladder.STEPS[p.state.step].title if p.state.step in ladder.STEPS else p.state.step
+        at = ladder.clock(p.state.step_at) if p.state.step_at else "earlier"
+        tail = "gpusteward takes no action on advice" if advice else "there is no further step"
+        p.reason = f"{seen} The {done} was issued at {at}; {tail}."
+        return p
+    step, due = nxt
+    if due > now:
+        p.hold = Hold.WAITING
+        p.reason = f"{seen} Next: {step.title} ({step.name}) {ladder.when(due, now)}."
+        return p
+    if step.level > settings.max_level:
+        p.hold = Hold.WAITING
+        p.reason = (
+            f"{seen} The next step would be a {step.title}, but policy allows at most "
+            f"{settings.max_level.label}: nothing more is done."
+        )
+        return p
+    p.step = step
+    if step.level >= Level.GRACEFUL_STOP:
+        p.gpu_uuids = w.gpu_uuids
+    wasted = {u for f in findings if f.action is RuleAction.RECLAIM for u in f.gpu_uuids}
+    held = guards.startup_grace(w, now, settings.startup_grace_minutes)
+    if held is None and step.level >= Level.GRACEFUL_STOP:
+        held = guards.partly_busy(w, wasted)
+    if held is not None:
+        p.hold, p.reason = held.hold, _join(seen, f"The {step.title} is held: {held.reason}.")
+    return p
+
+
+def _candidates(plans: Sequence[_Plan], *, only: Step | None = None) -> list[guards.StopCandidate]:
+    return [
+        guards.StopCandidate(p.workload_id, p.gpu_uuids, p.finding.wasted_cost, p.finding.wasted_gpu_hours)
+        for p in plans
+        if p.step is not None
+        and p.hold is Hold.NONE
+        and p.finding is not None
+        and p.step.level >= Level.GRACEFUL_STOP
+        and (only is None or p.step is only)
+    ]
+
+
+def _hold_all(plans: Mapping[str, _Plan], held: Mapping[str, guards.Held]) -> None:
+    for wid, h in held.items():
+        p = plans[wid]
+        title = p.step.title if p.step else "step"
+        p.hold, p.reason = h.hold, _join(p.seen, f"The {title} is held: {h.reason}.")
+
+
+def _acting_reason(p: _Plan, state: LadderState, now: datetime, settings: PolicySettings) -> str:
+    step, ahead = p.step, _ahead(state, p, now, settings)
+    if step is ladder.WARN_1:
+        return f"{p.seen} This is the first warning.{ahead}"
+    if step is ladder.WARN_2:
+        return f"{p.seen} This is the second warning.{ahead}"
+    if step is ladder.GRACEFUL_STOP:
+        grace = settings.ladder.stop_grace_seconds
+        return (
+            f"{p.seen} Stopping it gracefully now: checkpoint signal, then SIGTERM {grace:g} s later.{ahead}"
+        )
+    if step is ladder.FORCE:
+        return f"{p.seen} It still holds its GPUs after the graceful stop: force-stopping it now."
+    return f"{p.seen} Advice only: gpusteward will not act on this."
+
+
+def decide(inp: PolicyInput, settings: PolicySettings) -> PolicyResult:
+    """Turn this tick's findings and the persisted ladders into decisions and new ladders."""
+    now = inp.now
+    by_workload: dict[str, list[Finding]] = {}
+    for f in inp.findings:
+        if f.workload_id is not None:  # waste on GPUs no workload holds has nobody to act on
+            by_workload.setdefault(f.workload_id, []).append(f)
+    plans: dict[str, _Plan] = {}
+    for wid in sorted(set(by_workload) | set(inp.states)):
+        p = _plan(wid, by_workload.get(wid, []), inp, settings)
+        if p is not None:
+            plans[wid] = p
+
+    pause = guards.paused(inp.paused)
+    if pause is not None:
+        for p in plans.values():
+            if p.finding is not None or not p.clear:
+                p.hold, p.reason = pause.hold, _join(p.seen, f"Nothing is done: {pause.reason}.")
+    stops = list(plans.values())
+    _hold_all(
+        plans, guards.reserve(_candidates(stops, only=ladder.GRACEFUL_STOP), inp.gpus, settings.reserve.share)
+    )
+    total = len(set(inp.gpus) | {u for w in inp.workloads.values() for u in w.gpu_uuids})
+    budget = guards.budget(
+        _candidates(stops),
+        settings.budget,
+        total_gpus=total,
+        recent_actions=inp.recent_actions,
+        recent_gpus=inp.recent_action_gpus,
+    )
+    _hold_all(plans, budget)
+
+    decisions: list[Decision] = []
+    states: dict[str, LadderState] = {}
+    cleared: set[str] = set()
+    for wid, p in plans.items():
+        state, key, level, reason = p.state, "", Level.NONE, p.reason
+        if p.step is not None:
+            level = p.step.level
+            if p.hold is Hold.NONE and state is not None and p.workload is not None:
+                state = ladder.take(state, p.step, now)
+                key = idempotency_key(state, p.step)
+                reason = _acting_reason(p, state, now, settings)
+        step = p.step.name if p.step else ""
+        decisions.append(
+            Decision(wid, now, level, step, reason, p.hold, p.rule, p.gpu_uuids, idempotency_key=key)
+        )
+        if state is not None and not p.clear:
+            if state != inp.states.get(wid):
+                states[wid] = state
+        elif wid in inp.states:
+            cleared.add(wid)
+    return PolicyResult(tuple(decisions), states, frozenset(cleared))

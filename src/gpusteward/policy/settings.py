@@ -1,0 +1,118 @@
+"""Policy settings: the escalation ladder, protection, reserve pool and blast-radius budget.
+
+Every model rejects unknown keys, so a typo in a policy file is an error, never ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpusteward.domain.models import PROTECT_KEY, Level
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LadderSettings(_Strict):
+    """When each step of the warn → warn → stop → force ladder fires."""
+
+    warn_again_after_minutes: float = Field(
+        15.0, ge=0, description="Minutes after the first warning before the second warning."
+    )
+    graceful_stop_after_minutes: float = Field(
+        30.0,
+        ge=0,
+        description="Minutes after the first warning before the graceful stop (checkpoint signal, "
+        "then SIGTERM). If this is not later than the second warning, that warning is skipped.",
+    )
+    force_after_minutes: float = Field(
+        10.0,
+        ge=0,
+        description="Minutes after the graceful stop before a force stop, if the workload still "
+        "runs and still wastes its GPUs.",
+    )
+    stop_grace_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="Seconds executors wait between the checkpoint signal and SIGTERM.",
+    )
+
+
+class ProtectSettings(_Strict):
+    """Workloads that gpusteward never acts on (their decisions are only recorded)."""
+
+    users: list[str] = Field(default_factory=list, description="Owners (user names) never acted on.")
+    teams: list[str] = Field(
+        default_factory=list, description="Teams / namespaces / accounts never acted on."
+    )
+    labels: dict[str, str] = Field(
+        default_factory=lambda: {PROTECT_KEY: "true"},
+        description="Label or annotation key → value (compared case-insensitively) that protects "
+        f"a workload. Setting this replaces the default: list {PROTECT_KEY} too to keep it.",
+    )
+
+
+class ReserveSettings(_Strict):
+    """A warm pool of idle GPUs left alone on purpose."""
+
+    share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of each pool's GPUs, rounded up, that idle workloads may keep: the "
+        "cheapest-to-keep idle workloads up to this share are not stopped.",
+    )
+
+
+class BudgetSettings(_Strict):
+    """Blast radius: how much stopping (L2 and above) may happen in any hour."""
+
+    max_actions_per_hour: int = Field(
+        20, ge=0, description="Most L2+ actions (stops) in any hour, past actions included."
+    )
+    max_gpu_share_per_hour: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="Most GPUs, as a share of all GPUs seen, that L2+ actions may touch in any hour.",
+    )
+
+
+def _level(value: Any) -> Any:
+    """Accept ``2``, ``"L2"``, ``"graceful_stop"`` and ``"graceful-stop"`` for a level."""
+    if isinstance(value, str):
+        text = value.strip().upper().replace("-", "_")
+        if text in Level.__members__:
+            return Level[text]
+        if text.startswith("L") and text[1:].isdigit():
+            return int(text[1:])
+    return value
+
+
+class PolicySettings(_Strict):
+    """Everything policy needs to turn findings into decisions."""
+
+    ladder: LadderSettings = Field(default_factory=LadderSettings, description="Escalation timing.")
+    startup_grace_minutes: float = Field(
+        15.0, ge=0, description="Minutes after a workload starts before anything is done about it."
+    )
+    protect: ProtectSettings = Field(
+        default_factory=ProtectSettings, description="Protected users, teams and labels."
+    )
+    reserve: ReserveSettings = Field(
+        default_factory=ReserveSettings, description="Idle GPUs deliberately kept."
+    )
+    budget: BudgetSettings = Field(default_factory=BudgetSettings, description="Blast-radius limits.")
+    max_level: Level = Field(
+        Level.FORCE,
+        description="Highest intervention level policy may choose (0-4, L0-L4 or a level name); "
+        "steps above it are never taken.",
+    )
+
+    @field_validator("max_level", mode="before")
+    @classmethod
+    def _parse_level(cls, value: Any) -> Any:
+        return _level(value)

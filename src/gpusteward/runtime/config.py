@@ -1,0 +1,137 @@
+"""The config file: one YAML document validated by pydantic-settings.
+
+Unknown keys are errors (a typo must never be silently ignored). Environment variables
+``GPUSTEWARD_<SECTION>__<FIELD>`` override the file, e.g. ``GPUSTEWARD_MODE=enforce`` or
+``GPUSTEWARD_STORE__URL=postgresql+psycopg://...``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from gpusteward.analysis.cost import PriceTable
+from gpusteward.domain.errors import ConfigError
+from gpusteward.domain.yamlload import config_error, load_yaml
+from gpusteward.policy.settings import PolicySettings
+
+
+def default_state_url() -> str:
+    """SQLite in the XDG state directory, so commands run from any folder share one state."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return f"sqlite:///{base / 'gpusteward' / 'gpusteward.db'}"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SimSourceSettings(_Section):
+    nodes: int = Field(8, ge=1, description="Simulated nodes.")
+    gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs per simulated node.")
+    seed: int = Field(42, description="Seed: the same seed gives the same cluster.")
+    scenario: Literal["default", "small"] = Field("default", description="Workload mix.")
+    history_hours: float = Field(
+        6.0, ge=0, description="How long the simulated cluster has been running when the agent starts."
+    )
+    drop_rate: float = Field(0.0, ge=0, le=1, description="Share of samples lost, to exercise missing data.")
+
+
+class SourceSettings(_Section):
+    name: str = Field("sim", description="Which source senses the cluster: sim (built-in simulator).")
+    sim: SimSourceSettings = Field(default_factory=SimSourceSettings)
+    backoff_max_seconds: float = Field(
+        300, gt=0, description="Longest wait before retrying a source that failed (doubles per failure)."
+    )
+
+
+class StoreSettings(_Section):
+    url: str = Field(default_factory=default_state_url, description="SQLAlchemy URL of the state database.")
+    window_minutes: float = Field(
+        60, gt=0, description="History kept per GPU in memory; at least the longest rule window."
+    )
+
+
+class RuleSettings(_Section):
+    use_default_pack: bool = Field(True, description="Load the built-in rule pack.")
+    files: list[Path] = Field(
+        default_factory=list, description="Extra rule packs (YAML), relative to the config file."
+    )
+
+
+class AnalysisSettings(_Section):
+    stale_after_seconds: float = Field(
+        180, gt=0, description="A GPU whose newest sample is older than this is never acted on."
+    )
+
+
+class Settings(BaseSettings):
+    """Everything gpusteward reads from its config file."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GPUSTEWARD_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        nested_model_default_partial_update=True,
+    )
+
+    mode: Literal["dry-run", "enforce"] = Field(
+        "dry-run", description="dry-run records what would be done; enforce acts."
+    )
+    tick_seconds: float = Field(30, gt=0, description="Seconds between two ticks of the loop.")
+    source: SourceSettings = Field(default_factory=SourceSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    rules: RuleSettings = Field(default_factory=RuleSettings)
+    analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    cost: PriceTable = Field(default_factory=PriceTable)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment overrides the file (passed as init kwargs).
+        return (env_settings, init_settings)
+
+    @property
+    def dry_run(self) -> bool:
+        return self.mode != "enforce"
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Settings from ``path`` (or defaults and the environment when None).
+
+    Raises ``ConfigError`` naming the file, the line and the problem.
+    """
+    data: dict[str, Any] = {}
+    doc = None
+    if path is not None:
+        doc = load_yaml(path)
+        if doc.data is None:
+            data = {}
+        elif not isinstance(doc.data, dict):
+            raise ConfigError("the config must be a mapping of sections", path=doc.path, line=1)
+        else:
+            data = doc.data
+    data = {**data, **overrides}
+    try:
+        settings = Settings(**data)
+    except ValidationError as e:
+        if doc is None:
+            err = e.errors()[0]
+            dotted = ".".join(str(p) for p in err["loc"])
+            raise ConfigError(f"{dotted}: {err['msg']}", path="<environment>") from e
+        raise config_error(e, doc) from e
+    if path is not None:
+        base = Path(path).parent
+        settings.rules.files = [f if f.is_absolute() else base / f for f in settings.rules.files]
+    return settings

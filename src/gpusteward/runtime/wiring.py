@@ -1,0 +1,129 @@
+"""Config → objects. Explicit registries: a source name maps to a factory of (source, executors)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from gpusteward.analysis.rules import CompiledRule, RulePack, compile_rules, default_rule_pack, load_rule_pack
+from gpusteward.domain.errors import ConfigError
+from gpusteward.domain.models import Observation
+from gpusteward.domain.ports import Clock, Executor, Notifier, Source, SystemClock
+from gpusteward.execution.base import ActionRunner
+from gpusteward.notify import LogNotifier
+from gpusteward.runtime.config import Settings
+from gpusteward.runtime.loop import Steward
+from gpusteward.sim import SimCluster, SimExecutor, SimSource
+from gpusteward.store.db import StateStore
+from gpusteward.store.window import WindowStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Adapters:
+    """What a source name brings: the source, the executors that act on what it sees, a history."""
+
+    source: Source
+    executors: Sequence[Executor]
+    #: Observations before ``now`` that fill the window at start-up (may be empty).
+    history: Callable[[datetime, datetime, float], list[Observation]]
+    cluster: SimCluster | None = None
+
+
+def _sim(settings: Settings, clock: Clock) -> Adapters:
+    sim = settings.source.sim
+    now = clock.now()
+    cluster = SimCluster(
+        nodes=sim.nodes,
+        gpus_per_node=sim.gpus_per_node,
+        seed=sim.seed,
+        start=now - timedelta(hours=sim.history_hours),
+        scenario=sim.scenario,
+        drop_rate=sim.drop_rate,
+    )
+    source = SimSource(cluster)
+
+    def history(start: datetime, end: datetime, step_s: float) -> list[Observation]:
+        start = max(start, cluster.start)
+        out = []
+        t = start
+        while t < end:
+            out.append(source.observe(t))
+            t += timedelta(seconds=step_s)
+        return out
+
+    return Adapters(source=source, executors=[SimExecutor(cluster)], history=history, cluster=cluster)
+
+
+#: Source name → factory. Later issues add nvml, prometheus, slurm, kubernetes, replay.
+SOURCES: dict[str, Callable[[Settings, Clock], Adapters]] = {"sim": _sim}
+
+
+def load_rules(settings: Settings) -> list[CompiledRule]:
+    packs: list[RulePack] = [default_rule_pack()] if settings.rules.use_default_pack else []
+    packs.extend(load_rule_pack(Path(f)) for f in settings.rules.files)
+    rules = [r for pack in packs for r in pack.rules]
+    names = [r.name for r in rules]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"rule names defined twice across rule packs: {', '.join(dupes)}")
+    if not rules:
+        raise ConfigError("no rules: enable the default pack or list rule files under rules.files")
+    return compile_rules(RulePack(rules=rules))
+
+
+def build_adapters(settings: Settings, clock: Clock, source_name: str | None = None) -> Adapters:
+    name = source_name or settings.source.name
+    factory = SOURCES.get(name)
+    if factory is None:
+        known = ", ".join(sorted(SOURCES))
+        raise ConfigError(f"unknown source {name!r}; known sources: {known}")
+    return factory(settings, clock)
+
+
+def build_steward(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    source_name: str | None = None,
+    notifier: Notifier | None = None,
+    store: StateStore | None = None,
+    adapters: Adapters | None = None,
+    backfill: bool = True,
+) -> tuple[Steward, Adapters]:
+    """Everything the loop needs, from settings. Fills the window from history when the source has one.
+
+    ``adapters`` replaces the configured source (a restarted agent watching the same cluster).
+    """
+    clock = clock or SystemClock()
+    rules = load_rules(settings)
+    adapters = adapters or build_adapters(settings, clock, source_name)
+    if store is None:
+        store = StateStore(settings.store.url)
+        store.create_schema()
+    interval = settings.tick_seconds
+    window = WindowStore(window_s=settings.store.window_minutes * 60, interval_s=interval)
+    runner = ActionRunner(
+        store, adapters.executors, notifier or LogNotifier(), clock, dry_run=settings.dry_run
+    )
+    steward = Steward(
+        source=adapters.source,
+        store=store,
+        window=window,
+        rules=rules,
+        runner=runner,
+        clock=clock,
+        policy=settings.policy,
+        prices=settings.cost,
+        stale_after_s=settings.analysis.stale_after_seconds,
+        backoff_max_s=settings.source.backoff_max_seconds,
+    )
+    if backfill:
+        now = clock.now()
+        start = now - timedelta(minutes=settings.store.window_minutes)
+        steward.backfill(adapters.history(start, now, interval))
+    return steward, adapters

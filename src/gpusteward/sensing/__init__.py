@@ -1,1 +1,0 @@
-"""Node and cluster sources (nvml, prometheus, slurm, kubernetes) land here; the simulator lives in sim/."""

@@ -1,0 +1,485 @@
+"""Durable state in SQL: pause flag, ladders, finding episodes, decisions, actions, notices,
+the append-only audit log and workload snapshots (schema in ``dbschema``).
+
+SQLite by default, PostgreSQL-compatible (no dialect-specific SQL). Each public method is one
+short transaction, batched per tick; SQLAlchemy errors become ``StoreError`` with the cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy import bindparam, create_engine, delete, event, func, insert, or_, select, update
+from sqlalchemy.engine import Connection, CursorResult, make_url
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from gpusteward.domain.errors import StoreError
+from gpusteward.domain.models import (
+    Action,
+    ActionStatus,
+    Decision,
+    Finding,
+    LadderState,
+    Level,
+    Notice,
+    Workload,
+)
+from gpusteward.store.dbschema import (
+    AuditRecord,
+    FindingEpisode,
+    NoticeRecord,
+    PauseState,
+    WorkloadRecord,
+    action_of,
+    actions_t,
+    audit_t,
+    decision_of,
+    decision_row,
+    decisions_t,
+    episode_of,
+    episodes_t,
+    finding_row,
+    jsonable,
+    ladder_of,
+    ladder_row,
+    ladders_t,
+    md,
+    notice_of,
+    notice_row,
+    notices_t,
+    settings_t,
+    workload_of,
+    workload_row,
+    workloads_t,
+)
+
+__all__ = ["AuditRecord", "FindingEpisode", "NoticeRecord", "PauseState", "StateStore", "WorkloadRecord"]
+
+T = TypeVar("T")
+_CHUNK = 500  # keeps IN lists well under every backend's bound-parameter limit
+_TERMINAL = {ActionStatus.SUCCEEDED, ActionStatus.FAILED, ActionStatus.SKIPPED}
+
+
+def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    for i in range(0, len(items), _CHUNK):
+        yield items[i : i + _CHUNK]
+
+
+def _short(e: BaseException) -> str:
+    # SQLAlchemy messages carry the statement and its parameters: keep the first line, cut.
+    text = str(getattr(e, "orig", None) or e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:300]
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    # WAL lets readers (web, CLI) run beside the writing loop; NORMAL sync is safe with WAL.
+    for pragma in ("journal_mode=WAL", "busy_timeout=10000", "synchronous=NORMAL"):
+        cur.execute(f"PRAGMA {pragma}")
+    cur.close()
+
+
+def _backoff(attempts: int) -> timedelta:
+    """1, 2, 4 … minutes after a failure, capped at 30."""
+    return timedelta(minutes=min(30, 2 ** max(0, attempts - 1)))
+
+
+class StateStore:
+    """gpusteward's durable state. One instance per process; safe to reopen on the same database."""
+
+    def __init__(self, url: str = "sqlite:///gpusteward.db") -> None:
+        self._snapshots: dict[str, dict[str, Any]] = {}  # workload id → snapshot last written
+        try:
+            parsed = make_url(url)
+            kwargs: dict[str, Any] = {}
+            sqlite = parsed.get_backend_name() == "sqlite"
+            if sqlite and parsed.database in (None, "", ":memory:"):
+                # One shared connection, or each checkout would see a different empty database.
+                kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+            self._engine = create_engine(parsed, **kwargs)
+            if sqlite:
+                event.listen(self._engine, "connect", _sqlite_pragmas)
+        except (SQLAlchemyError, ValueError, ImportError) as e:  # ImportError: driver not installed
+            safe = url.split("@")[-1] if "@" in url else url
+            raise StoreError(f"cannot open store {safe!r}: {_short(e)}") from e
+
+    @contextmanager
+    def _tx(self, what: str) -> Iterator[Connection]:
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except SQLAlchemyError as e:
+            raise StoreError(f"{what}: {_short(e)}") from e
+
+    @property
+    def url(self) -> str:
+        """The database URL with any password masked, for logs and messages."""
+        return self._engine.url.render_as_string(hide_password=True)
+
+    def create_schema(self) -> None:
+        with self._tx("create schema") as conn:
+            md.create_all(conn)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    # -- pause (the kill switch) --------------------------------------------------------------
+    def pause_state(self) -> PauseState:
+        with self._tx("read pause flag") as conn:
+            value = conn.execute(select(settings_t.c.value).where(settings_t.c.key == "paused")).scalar()
+        if not value:
+            return PauseState(False)
+        at = datetime.fromisoformat(value["at"]) if value.get("at") else None
+        return PauseState(bool(value["paused"]), value.get("by", ""), value.get("reason", ""), at)
+
+    def is_paused(self) -> bool:
+        return self.pause_state().paused
+
+    def set_paused(self, paused: bool, *, by: str, reason: str, at: datetime) -> None:
+        value = {"paused": paused, "by": by, "reason": reason, "at": at.astimezone(UTC).isoformat()}
+        with self._tx("set pause flag") as conn:
+            done = conn.execute(update(settings_t).where(settings_t.c.key == "paused").values(value=value))
+            if done.rowcount == 0:
+                conn.execute(insert(settings_t).values(key="paused", value=value))
+            event_ = "paused" if paused else "resumed"
+            conn.execute(insert(audit_t).values(at=at, event=event_, payload={"by": by, "reason": reason}))
+
+    # -- ladders ------------------------------------------------------------------------------
+    def load_ladders(self, dry_run: bool) -> dict[str, LadderState]:
+        c = ladders_t.c
+        with self._tx("load ladders") as conn:
+            rows = conn.execute(select(ladders_t).where(c.dry_run == dry_run).order_by(c.workload_id)).all()
+        return {r.workload_id: ladder_of(r) for r in rows}
+
+    def update_ladders(self, save: Iterable[LadderState], clear: Iterable[str], *, dry_run: bool) -> None:
+        """Save some ladders and end others in one transaction (what ``decide`` returns each tick)."""
+        states = list(save)
+        ids = sorted({s.workload_id for s in states} | set(clear))
+        if not ids:
+            return
+        c = ladders_t.c
+        with self._tx("save ladders") as conn:
+            # Delete then insert: a portable upsert, atomic inside the transaction.
+            for chunk in _chunks(ids):
+                conn.execute(delete(ladders_t).where(c.dry_run == dry_run, c.workload_id.in_(chunk)))
+            if states:
+                conn.execute(insert(ladders_t), [ladder_row(s, dry_run) for s in states])
+
+    def save_ladders(self, states: Iterable[LadderState], dry_run: bool) -> None:
+        self.update_ladders(states, (), dry_run=dry_run)
+
+    def clear_ladders(self, ids: Iterable[str], dry_run: bool) -> None:
+        self.update_ladders((), ids, dry_run=dry_run)
+
+    # -- finding episodes ---------------------------------------------------------------------
+    def record_findings(self, findings: Sequence[Finding], at: datetime) -> None:
+        """Open an episode per new (workload, rule); refresh the open one with the latest evidence."""
+        if not findings:
+            return
+        latest = {(_subject(f), f.rule): f for f in findings}
+        c = episodes_t.c
+        with self._tx("record findings") as conn:
+            query = select(c.id, c.subject, c.rule, c.wasted_minutes, c.last_seen_at).where(
+                c.ended_at.is_(None)
+            )
+            open_ = {(r.subject, r.rule): r for r in conn.execute(query)}
+            updates: list[dict[str, Any]] = []
+            inserts: list[dict[str, Any]] = []
+            for key, f in sorted(latest.items(), key=lambda kv: kv[0]):
+                row = finding_row(f, key[0], at)
+                if key in open_:
+                    prev = open_[key]
+                    # A finding sees only its window; the episode keeps adding the time since.
+                    since = (at - prev.last_seen_at).total_seconds() / 60
+                    row.update(_episode_waste(f, max(f.wasted_minutes, prev.wasted_minutes + since)))
+                    updates.append({"episode_id": prev.id, **row})
+                else:
+                    inserts.append({**row, "first_seen_at": at})
+            if updates:
+                # executemany: the SET clause comes from the keys of the parameter dicts.
+                conn.execute(update(episodes_t).where(c.id == bindparam("episode_id")), updates)
+            if inserts:
+                conn.execute(insert(episodes_t), inserts)
+
+    def close_findings(self, keys: Iterable[tuple[str, str]], at: datetime) -> None:
+        """End the open episodes of these (workload id, rule) pairs (waste gone or workload gone)."""
+        c = episodes_t.c
+        with self._tx("close findings") as conn:
+            for wid, rule in sorted(set(keys)):
+                where = (c.ended_at.is_(None), c.workload_id == wid, c.rule == rule)
+                conn.execute(update(episodes_t).where(*where).values(ended_at=at))
+
+    def findings_for(self, workload_id: str) -> list[FindingEpisode]:
+        """Every episode of one workload, oldest first."""
+        return self._episodes(episodes_t.c.workload_id == workload_id)
+
+    def open_findings(self) -> list[FindingEpisode]:
+        return self._episodes(episodes_t.c.ended_at.is_(None))
+
+    def all_findings(self) -> list[FindingEpisode]:
+        """Every episode ever recorded, oldest first (reports over a bounded run, like the demo)."""
+        return self._episodes(episodes_t.c.id.is_not(None))
+
+    def open_episode_keys(self) -> set[tuple[str, str]]:
+        """(workload id, rule) of every open episode: the candidates for ``close_findings``."""
+        c = episodes_t.c
+        query = select(c.workload_id, c.rule).where(c.ended_at.is_(None), c.workload_id.is_not(None))
+        with self._tx("read open findings") as conn:
+            return {(str(w), str(r)) for w, r in conn.execute(query)}
+
+    def _episodes(self, where: Any) -> list[FindingEpisode]:
+        with self._tx("read findings") as conn:
+            rows = conn.execute(select(episodes_t).where(where).order_by(episodes_t.c.id)).all()
+        return [episode_of(r) for r in rows]
+
+    # -- decisions ----------------------------------------------------------------------------
+    def record_decisions(self, decisions: Sequence[Decision]) -> int:
+        """Store those whose (level, step, hold) differs from the workload's last stored decision."""
+        if not decisions:
+            return 0
+        c = decisions_t.c
+        with self._tx("record decisions") as conn:
+            last: dict[str, tuple[int, str, str]] = {}
+            for chunk in _chunks(sorted({d.workload_id for d in decisions})):
+                newest = select(func.max(c.id)).where(c.workload_id.in_(chunk)).group_by(c.workload_id)
+                rows = conn.execute(select(c.workload_id, c.level, c.step, c.hold).where(c.id.in_(newest)))
+                last.update({r.workload_id: (r.level, r.step, r.hold) for r in rows})
+            new: list[dict[str, Any]] = []
+            for d in decisions:
+                sig = (int(d.level), d.step, d.hold.value)
+                if last.get(d.workload_id) != sig:
+                    last[d.workload_id] = sig
+                    new.append(decision_row(d))
+            if new:
+                conn.execute(insert(decisions_t), new)
+        return len(new)
+
+    def decisions_for(self, workload_id: str, limit: int = 100) -> list[Decision]:
+        """The last ``limit`` stored decisions of one workload, oldest first."""
+        c = decisions_t.c
+        query = select(decisions_t).where(c.workload_id == workload_id).order_by(c.id.desc()).limit(limit)
+        with self._tx("read decisions") as conn:
+            rows = conn.execute(query).all()
+        return [decision_of(r) for r in reversed(rows)]
+
+    # -- actions: planned → executing → succeeded | failed | skipped ---------------------------
+    def plan_action(self, decision: Decision, *, dry_run: bool, at: datetime) -> Action | None:
+        """A new ``planned`` action, a failed one whose retry is due, or ``None``: never twice."""
+        if not decision.idempotency_key:
+            raise ValueError(f"decision for {decision.workload_id} has no idempotency key: it does not act")
+        c = actions_t.c
+        try:
+            with self._tx("plan action") as conn:
+                key = (c.dry_run == dry_run, c.idempotency_key == decision.idempotency_key)
+                row = conn.execute(select(actions_t).where(*key)).first()
+                if row is not None:
+                    failed = row.status == ActionStatus.FAILED.value
+                    due = failed and at >= row.updated_at + _backoff(row.attempts)
+                    return action_of(row) if due else None
+                values = {
+                    "idempotency_key": decision.idempotency_key,
+                    "dry_run": dry_run,
+                    "workload_id": decision.workload_id,
+                    "level": int(decision.level),
+                    "step": decision.step,
+                    "rule": decision.rule,
+                    "status": ActionStatus.PLANNED.value,
+                    "created_at": at,
+                    "updated_at": at,
+                    "attempts": 0,
+                    "detail": "",
+                    "gpu_uuids": list(decision.gpu_uuids),
+                    "gpu_count": len(decision.gpu_uuids),
+                }
+                new_id = _new_id(conn.execute(insert(actions_t).values(values)))
+                return action_of(conn.execute(select(actions_t).where(c.id == new_id)).one())
+        except StoreError as e:
+            if isinstance(e.__cause__, IntegrityError):
+                return None  # another replica planned the same key first
+            raise
+
+    def retries_due(self, at: datetime, *, dry_run: bool) -> list[Action]:
+        """Failed actions whose backoff has passed: policy emits each step once, so the runtime
+        retries these (``start_action`` → execute → ``finish_action``) while they still apply."""
+        c = actions_t.c
+        query = select(actions_t).where(c.status == ActionStatus.FAILED.value, c.dry_run == dry_run)
+        with self._tx("read failed actions") as conn:
+            rows = conn.execute(query.order_by(c.id)).all()
+        return [action_of(r) for r in rows if at >= r.updated_at + _backoff(r.attempts)]
+
+    def start_action(self, action_id: int, at: datetime) -> Action:
+        """planned | failed → executing, counting one more attempt."""
+        values = {
+            "status": ActionStatus.EXECUTING.value,
+            "attempts": actions_t.c.attempts + 1,
+            "updated_at": at,
+        }
+        return self._move(action_id, (ActionStatus.PLANNED, ActionStatus.FAILED), values, "start")
+
+    def finish_action(self, action_id: int, status: ActionStatus, detail: str, at: datetime) -> Action:
+        """executing → succeeded | failed | skipped; planned → failed | skipped (refused before acting)."""
+        if status not in _TERMINAL:
+            raise ValueError(f"an action finishes as succeeded, failed or skipped, not {status.value}")
+        allowed: tuple[ActionStatus, ...] = (ActionStatus.EXECUTING,)
+        if status is not ActionStatus.SUCCEEDED:
+            allowed = (ActionStatus.EXECUTING, ActionStatus.PLANNED)
+        values = {"status": status.value, "detail": detail[:4000], "updated_at": at}
+        return self._move(action_id, allowed, values, "finish")
+
+    def _move(
+        self, action_id: int, allowed: tuple[ActionStatus, ...], values: dict[str, Any], verb: str
+    ) -> Action:
+        c = actions_t.c
+        states = [s.value for s in allowed]
+        with self._tx(f"{verb} action {action_id}") as conn:
+            where = (c.id == action_id, c.status.in_(states))
+            moved = conn.execute(update(actions_t).where(*where).values(values)).rowcount
+            row = conn.execute(select(actions_t).where(c.id == action_id)).first()
+        if row is None:
+            raise StoreError(f"{verb} action {action_id}: no such action")
+        if moved == 0:
+            raise StoreError(f"{verb} action {action_id}: it is {row.status}, not {' or '.join(states)}")
+        return action_of(row)
+
+    def actions(self, limit: int = 50, workload_id: str | None = None) -> list[Action]:
+        """The last ``limit`` actions (of one workload), oldest first."""
+        query = select(actions_t).order_by(actions_t.c.id.desc()).limit(limit)
+        if workload_id is not None:
+            query = query.where(actions_t.c.workload_id == workload_id)
+        with self._tx("read actions") as conn:
+            rows = conn.execute(query).all()
+        return [action_of(r) for r in reversed(rows)]
+
+    def count_actions_since(
+        self, at: datetime, min_level: Level = Level.GRACEFUL_STOP, *, dry_run: bool = False
+    ) -> tuple[int, int]:
+        """(actions, GPUs) of not-skipped actions at ``min_level`` or above created since ``at``.
+
+        Real actions by default; ``dry_run=True`` counts the dry-run ones instead, so that a
+        dry-run agent previews the budget holds an enforcing one would have.
+        """
+        c = actions_t.c
+        query = select(func.count(), func.coalesce(func.sum(c.gpu_count), 0)).where(
+            c.created_at >= at,
+            c.level >= int(min_level),
+            c.dry_run == dry_run,
+            # Dry-run actions are all recorded as skipped; real skipped ones touched nothing.
+            c.status != ActionStatus.SKIPPED.value if not dry_run else c.dry_run.is_(True),
+        )
+        with self._tx("count actions") as conn:
+            n, gpus = conn.execute(query).one()
+        return int(n), int(gpus)
+
+    def actions_by_level(self, dry_run: bool | None = None) -> dict[str, int]:
+        """Actions per level label, ``L1`` … ``L4``, zeros included."""
+        c = actions_t.c
+        query = select(c.level, func.count()).group_by(c.level)
+        if dry_run is not None:
+            query = query.where(c.dry_run == dry_run)
+        with self._tx("count actions by level") as conn:
+            counts = {int(level): int(n) for level, n in conn.execute(query).all()}
+        return {lv.label: counts.get(int(lv), 0) for lv in Level if lv is not Level.NONE}
+
+    # -- notices ------------------------------------------------------------------------------
+    def record_notice(self, notice: Notice, *, sent: bool) -> int:
+        with self._tx("record notice") as conn:
+            return _new_id(conn.execute(insert(notices_t).values(notice_row(notice, sent))))
+
+    def notices(self, workload_id: str | None = None, limit: int = 100) -> list[NoticeRecord]:
+        """The last ``limit`` notices (of one workload), oldest first."""
+        query = select(notices_t).order_by(notices_t.c.id.desc()).limit(limit)
+        if workload_id is not None:
+            query = query.where(notices_t.c.workload_id == workload_id)
+        with self._tx("read notices") as conn:
+            rows = conn.execute(query).all()
+        return [notice_of(r) for r in reversed(rows)]
+
+    # -- audit log: append-only, there is no update or delete ----------------------------------
+    def audit(self, event: str, at: datetime, workload_id: str | None = None, **payload: Any) -> None:
+        values = {"at": at, "event": event, "workload_id": workload_id, "payload": jsonable(payload)}
+        with self._tx("append audit record") as conn:
+            conn.execute(insert(audit_t).values(values))
+
+    def audit_log(self, limit: int = 100, workload_id: str | None = None) -> list[AuditRecord]:
+        """The last ``limit`` audit records (of one workload), oldest first."""
+        query = select(audit_t).order_by(audit_t.c.id.desc()).limit(limit)
+        if workload_id is not None:
+            query = query.where(audit_t.c.workload_id == workload_id)
+        with self._tx("read audit log") as conn:
+            rows = conn.execute(query).all()
+        return [AuditRecord(r.id, r.at, r.event, r.workload_id, dict(r.payload)) for r in reversed(rows)]
+
+    # -- workload snapshots -------------------------------------------------------------------
+    def remember_workloads(self, workloads: Iterable[Workload], at: datetime) -> None:
+        """Upsert each workload's snapshot; unchanged ones only get ``last_seen_at`` bumped."""
+        wanted = {w.id: workload_row(w) for w in workloads}
+        if not wanted:
+            return
+        c = workloads_t.c
+        names = list(next(iter(wanted.values())))
+        with self._tx("remember workloads") as conn:
+            # Snapshots this store wrote are cached, so a steady tick reads nothing back.
+            unknown = sorted(i for i in wanted if i not in self._snapshots)
+            stored = {i: v for i, v in self._snapshots.items() if i in wanted}
+            for chunk in _chunks(unknown):
+                for r in conn.execute(select(workloads_t).where(c.id.in_(chunk))):
+                    stored[r.id] = {n: r._mapping[n] for n in names}
+            new = [
+                {"id": i, **v, "first_seen_at": at, "last_seen_at": at}
+                for i, v in wanted.items()
+                if i not in stored
+            ]
+            changed = [{"wid": i, **v} for i, v in wanted.items() if i in stored and stored[i] != v]
+            if new:
+                conn.execute(insert(workloads_t), new)
+            if changed:
+                conn.execute(update(workloads_t).where(c.id == bindparam("wid")), changed)
+            for chunk in _chunks(sorted(stored)):
+                conn.execute(update(workloads_t).where(c.id.in_(chunk)).values(last_seen_at=at))
+        if len(self._snapshots) > 100_000:  # bound the cache on a very long-running agent
+            self._snapshots.clear()
+        self._snapshots.update(wanted)
+
+    def workload_info(self, workload_id: str) -> WorkloadRecord | None:
+        with self._tx("read workload") as conn:
+            row = conn.execute(select(workloads_t).where(workloads_t.c.id == workload_id)).first()
+        return None if row is None else workload_of(row)
+
+    def find_workloads(self, text: str, limit: int = 20) -> list[WorkloadRecord]:
+        """Workloads whose id starts with ``text``, then those whose id or name contains it (any case)."""
+        c = workloads_t.c
+        needle = text.lower()
+        prefix = func.lower(c.id).startswith(needle, autoescape=True)
+        inside = or_(
+            func.lower(c.id).contains(needle, autoescape=True),
+            func.lower(c.name).contains(needle, autoescape=True),
+        )
+        order = (c.last_seen_at.desc(), c.id)
+        with self._tx("find workloads") as conn:
+            first = conn.execute(select(workloads_t).where(prefix).order_by(*order).limit(limit)).all()
+            more = conn.execute(
+                select(workloads_t).where(inside, ~prefix).order_by(*order).limit(limit)
+            ).all()
+        return [workload_of(r) for r in [*first, *more][:limit]]
+
+
+def _new_id(result: CursorResult[Any]) -> int:
+    pk = result.inserted_primary_key
+    if pk is None:  # only for statements that are not single-row inserts
+        raise StoreError("insert returned no primary key")
+    return int(pk[0])
+
+
+def _subject(f: Finding) -> str:
+    return f.workload_id if f.workload_id is not None else "gpus:" + ",".join(sorted(f.gpu_uuids))
+
+
+def _episode_waste(f: Finding, minutes: float) -> dict[str, float]:
+    """The episode's waste columns for ``minutes`` of waste on the finding's GPUs at its price."""
+    gpu_hours = minutes / 60 * len(f.gpu_uuids)
+    per_gpu_hour = f.wasted_cost / f.wasted_gpu_hours if f.wasted_gpu_hours > 0 else 0.0
+    return {"wasted_minutes": minutes, "wasted_gpu_hours": gpu_hours, "wasted_cost": gpu_hours * per_gpu_hour}

@@ -1,0 +1,55 @@
+"""The demo's day, scored against the simulator's ground truth."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpusteward.domain.models import Level
+from gpusteward.runtime.demo import run_demo
+from gpusteward.sim import DEFAULT_START
+from gpusteward.sim.behaviours import Behaviour
+
+
+@pytest.fixture(scope="module")
+def day():
+    return run_demo(hours=24)
+
+
+def test_demo_day_stops_every_zombie_and_idle_allocation(day):
+    s = day.summary()
+    stopped = {a.workload_id for a in day.stops}
+    must_stop = {
+        t.workload_id
+        for t in day.truths
+        if t.behaviour in (Behaviour.ZOMBIE, Behaviour.IDLE)
+        and not t.protected
+        # Its waste started early enough for the ladder (detection + 30 min) to reach it.
+        and t.wasteful_from is not None
+        and (DEFAULT_START.replace(hour=22) - t.wasteful_from).total_seconds() > 0
+    }
+    assert must_stop
+    assert must_stop <= stopped
+    assert s["missed_workloads"] == []
+    assert s["reclaimed_gpu_hours"] > 0.5 * s["waste_gpu_hours"]
+    assert s["cost_saved"] > 0
+
+
+def test_demo_day_never_stops_productive_or_protected_work(day):
+    s = day.summary()
+    assert s["false_actions"] == 0
+    assert s["protected_untouched"] is True
+    productive = {
+        t.workload_id
+        for t in day.truths
+        if t.behaviour
+        in (Behaviour.TRAINING, Behaviour.LOADING, Behaviour.INFERENCE, Behaviour.OVERPROVISIONED)
+    }
+    assert productive
+    assert not productive & {a.workload_id for a in day.stops}
+
+
+def test_demo_day_escalates_through_the_ladder(day):
+    s = day.summary()
+    assert s["actions_by_level"]["L1"] >= 2 * s["actions_by_level"]["L2"]
+    assert all(a.level >= Level.GRACEFUL_STOP for a in day.stops)
+    assert s["findings_by_rule"].get("overprovisioned", 0) > 0  # advice, never a stop
