@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import bindparam, create_engine, delete, event, func, insert, or_, select, update
-from sqlalchemy.engine import Connection, CursorResult, make_url
+from sqlalchemy import Table, bindparam, create_engine, delete, event, func, insert, or_, select, update
+from sqlalchemy.engine import Connection, CursorResult, Row, make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
@@ -260,11 +260,7 @@ class StateStore:
 
     def decisions_for(self, workload_id: str, limit: int = 100) -> list[Decision]:
         """The last ``limit`` stored decisions of one workload, oldest first."""
-        c = decisions_t.c
-        query = select(decisions_t).where(c.workload_id == workload_id).order_by(c.id.desc()).limit(limit)
-        with self._tx("read decisions") as conn:
-            rows = conn.execute(query).all()
-        return [decision_of(r) for r in reversed(rows)]
+        return [decision_of(r) for r in self._last(decisions_t, limit, workload_id, "decisions")]
 
     # -- actions: planned → executing → succeeded | failed | skipped ---------------------------
     def plan_action(self, decision: Decision, *, dry_run: bool, at: datetime) -> Action | None:
@@ -347,12 +343,7 @@ class StateStore:
 
     def actions(self, limit: int = 50, workload_id: str | None = None) -> list[Action]:
         """The last ``limit`` actions (of one workload), oldest first."""
-        query = select(actions_t).order_by(actions_t.c.id.desc()).limit(limit)
-        if workload_id is not None:
-            query = query.where(actions_t.c.workload_id == workload_id)
-        with self._tx("read actions") as conn:
-            rows = conn.execute(query).all()
-        return [action_of(r) for r in reversed(rows)]
+        return [action_of(r) for r in self._last(actions_t, limit, workload_id, "actions")]
 
     def count_actions_since(
         self, at: datetime, min_level: Level = Level.GRACEFUL_STOP, *, dry_run: bool = False
@@ -391,12 +382,7 @@ class StateStore:
 
     def notices(self, workload_id: str | None = None, limit: int = 100) -> list[NoticeRecord]:
         """The last ``limit`` notices (of one workload), oldest first."""
-        query = select(notices_t).order_by(notices_t.c.id.desc()).limit(limit)
-        if workload_id is not None:
-            query = query.where(notices_t.c.workload_id == workload_id)
-        with self._tx("read notices") as conn:
-            rows = conn.execute(query).all()
-        return [notice_of(r) for r in reversed(rows)]
+        return [notice_of(r) for r in self._last(notices_t, limit, workload_id, "notices")]
 
     # -- audit log: append-only, there is no update or delete ----------------------------------
     def audit(self, event: str, at: datetime, workload_id: str | None = None, **payload: Any) -> None:
@@ -406,12 +392,17 @@ class StateStore:
 
     def audit_log(self, limit: int = 100, workload_id: str | None = None) -> list[AuditRecord]:
         """The last ``limit`` audit records (of one workload), oldest first."""
-        query = select(audit_t).order_by(audit_t.c.id.desc()).limit(limit)
+        rows = self._last(audit_t, limit, workload_id, "audit log")
+        return [AuditRecord(r.id, r.at, r.event, r.workload_id, dict(r.payload)) for r in rows]
+
+    def _last(self, table: Table, limit: int, workload_id: str | None, what: str) -> list[Row[Any]]:
+        """The last ``limit`` rows of ``table`` (of one workload), oldest first."""
+        query = select(table).order_by(table.c.id.desc()).limit(limit)
         if workload_id is not None:
-            query = query.where(audit_t.c.workload_id == workload_id)
-        with self._tx("read audit log") as conn:
+            query = query.where(table.c.workload_id == workload_id)
+        with self._tx(f"read {what}") as conn:
             rows = conn.execute(query).all()
-        return [AuditRecord(r.id, r.at, r.event, r.workload_id, dict(r.payload)) for r in reversed(rows)]
+        return list(reversed(rows))
 
     # -- workload snapshots -------------------------------------------------------------------
     def remember_workloads(self, workloads: Iterable[Workload], at: datetime) -> None:

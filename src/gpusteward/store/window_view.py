@@ -1,0 +1,381 @@
+"""Aggregates over a ``WindowStore`` at one ``now``: the vectorised reductions rules read.
+
+Reductions run over the (at most two) contiguous row runs of the ring, block by block so
+each block of rows stays in cache, and are memoised for the tick.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import TYPE_CHECKING, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from gpusteward.domain.models import Metric
+
+if TYPE_CHECKING:
+    from gpusteward.store.window import WindowStore
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+_A = TypeVar("_A", bound=npt.NDArray[np.generic])
+Rng = tuple[int, int]  # first and last absolute slot, inclusive
+
+#: Sentinel for "no slot"; far below any real slot number.
+NO_SLOT = -(2**62)
+#: Rows per block: 12 rows of 100k GPUs stay in cache.
+_BLOCK_ROWS = 12
+#: Slack for slots computed from float seconds, so 1000.0 / 10 is never slot 99.
+_EPS = 1e-9
+#: Public aggregates that share memoised work (same family and metric) run on one thread.
+_FAMILY = {
+    "mean": "count",
+    "coverage": "count",
+    "fraction_below": "count",
+    "min": "fmin",
+    "max": "fmax",
+    "last": "scan",
+    "below_for_s": "scan",
+    "slope": "slope",
+}
+_FAMILY_COST = {"count": 3, "scan": 2, "slope": 2, "fmin": 1, "fmax": 1}
+
+
+class WindowView:
+    """Aggregates of a store as seen at ``now``, memoised for one tick.
+
+    It reads the live rings: make a new view after each ingest. Every aggregate is a
+    float64 array over the GPUs in index order, NaN where a GPU has no data in range.
+    "The last d seconds" are the slots starting after ``now - d`` and not after ``now``.
+    """
+
+    def __init__(self, store: WindowStore, now: datetime) -> None:
+        self._store = store
+        self.now = now
+        self._now_s = now.timestamp()
+        self.interval_s = store.interval_s
+        self.window_s = store.window_s
+        self.n_slots = store.n_slots
+        self.uuids = store.uuids
+        self.n_gpus = len(self.uuids)
+        self._now_slot = store.slot_of(now)
+        self._head = store.head_slot
+        self._rings = {m: r[:, : self.n_gpus] for m, r in store._rings.items()}
+        self._memo: dict[tuple[object, ...], npt.NDArray[np.generic]] = {}
+        self._suffix: dict[tuple[Metric, int], list[npt.NDArray[np.int32]]] = {}
+
+    def __len__(self) -> int:
+        return self.n_gpus
+
+    @property
+    def metrics(self) -> tuple[Metric, ...]:
+        return tuple(self._rings)
+
+    def index_of(self, uuid: str) -> int | None:
+        i = self._store.index_of(uuid)
+        return i if i is not None and i < self.n_gpus else None
+
+    def indices_of(self, uuids: Iterable[str]) -> npt.NDArray[np.intp]:
+        """View indices of ``uuids``; -1 for a GPU the store has not seen."""
+        index, uuids = self._store._index, list(uuids)
+        try:  # all known: one C-level lookup for the lot
+            found = operator.itemgetter(*uuids)(index) if len(uuids) > 1 else [index[u] for u in uuids]
+            idx = np.asarray(found, dtype=np.intp).reshape(len(uuids))
+        except KeyError:
+            idx = np.fromiter((index.get(u, -1) for u in uuids), dtype=np.intp, count=len(uuids))
+        idx[idx >= self.n_gpus] = -1
+        return idx
+
+    # --- slot ranges and memoisation ----------------------------------------------------
+
+    def slots_in(self, duration_s: float) -> int:
+        """How many slots "the last ``duration_s`` seconds" span."""
+        if duration_s <= 0:
+            return 0
+        lo = math.floor((self._now_s - duration_s) / self.interval_s + _EPS) + 1
+        return max(0, self._now_slot - lo + 1)
+
+    def _range(self, m: Metric, duration_s: float | None) -> Rng | None:
+        """The slots of the last ``duration_s`` the ring holds (all up to now if None)."""
+        if self._head is None or m not in self._rings:
+            return None
+        lo = self._head - self.n_slots + 1
+        if duration_s is not None:
+            lo = max(lo, self._now_slot - self.slots_in(duration_s) + 1)
+        hi = min(self._now_slot, self._head)
+        return (lo, hi) if lo <= hi else None
+
+    def _segments(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """(row_start, row_stop, first_slot) of the at most two row runs, oldest first."""
+        r0, r1 = lo % self.n_slots, hi % self.n_slots
+        if r0 <= r1:
+            return [(r0, r1 + 1, lo)]
+        return [(r0, self.n_slots, lo), (0, r1 + 1, lo + self.n_slots - r0)]
+
+    def _spans(self, lo: int, hi: int, newest_first: bool) -> list[tuple[int, int, int]]:
+        """Row blocks (row_start, row_stop, first_slot) over slots lo..hi, oldest or newest first."""
+        spans = [
+            (b, min(b + _BLOCK_ROWS, r1), slot0 + b - r0)
+            for r0, r1, slot0 in self._segments(lo, hi)
+            for b in range(r0, r1, _BLOCK_ROWS)
+        ]
+        return spans[::-1] if newest_first else spans
+
+    def _memoised(self, key: tuple[object, ...], fn: Callable[[], _A]) -> _A:
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = fn()
+            hit.flags.writeable = False  # shared by every rule this tick
+            self._memo[key] = hit
+        return hit  # type: ignore[return-value]
+
+    def _empty(self, fill: float = np.nan) -> FloatArray:
+        return np.full(self.n_gpus, fill, dtype=np.float64)
+
+    def _slot_time(self, slots: IntArray) -> FloatArray:
+        return slots.astype(np.float64) * self.interval_s
+
+    # --- reductions (memoised by the clamped slot range, not by the duration) -------------
+
+    def _missing(self, m: Metric, a: int, b: int) -> npt.NDArray[np.int32]:
+        """How many of the slots a..b (fewer than 256) each GPU lacks a value for."""
+        out = np.zeros(self.n_gpus, dtype=np.int32)
+        for r0, r1, _ in self._segments(a, b):
+            nan = np.isnan(self._rings[m][r0:r1])
+            out += np.add.reduce(nan.view(np.uint8), axis=0, dtype=np.uint8)  # no widening cast
+        return out
+
+    def _count(self, m: Metric, rng: Rng) -> IntArray:
+        """Present values per GPU. Every range ends at the same newest slot, so counts are
+        summed from blocks counted back from it and shared: 10 min is the start of 30."""
+
+        def run() -> IntArray:
+            lo, hi = rng
+            cum = self._suffix.setdefault((m, hi), [np.zeros(self.n_gpus, dtype=np.int32)])
+            k = hi - lo + 1
+            full = k // _BLOCK_ROWS
+            while len(cum) <= full:
+                j = len(cum)
+                cum.append(cum[-1] + self._missing(m, hi - j * _BLOCK_ROWS + 1, hi - (j - 1) * _BLOCK_ROWS))
+            missing = cum[full] + (self._missing(m, lo, hi - full * _BLOCK_ROWS) if k % _BLOCK_ROWS else 0)
+            out: IntArray = k - missing.astype(np.int64)
+            return out
+
+        return self._memoised(("count", m, rng), run)
+
+    def _sum(self, m: Metric, rng: Rng) -> FloatArray:
+        def run() -> FloatArray:
+            total = np.zeros(self.n_gpus, dtype=np.float32)
+            zero = np.zeros(self.n_gpus, dtype=np.float32)
+            buf = np.empty(self.n_gpus, dtype=np.float32)
+            for r0, r1, _ in self._segments(*rng):
+                # Row by row the buffer stays in cache. Values are never negative and fmax
+                # ignores NaN, so fmax(v, 0) is v when present and 0 when missing.
+                for row in self._rings[m][r0:r1]:
+                    np.fmax(row, zero, out=buf)
+                    total += buf
+            return total.astype(np.float64)
+
+        return self._memoised(("sum", m, rng), run)
+
+    def _extreme(self, m: Metric, rng: Rng, ufunc: np.ufunc) -> FloatArray:
+        def run() -> FloatArray:
+            parts = [ufunc.reduce(self._rings[m][r0:r1], axis=0) for r0, r1, _ in self._segments(*rng)]
+            out: FloatArray = functools.reduce(ufunc, parts).astype(np.float64)
+            return out
+
+        return self._memoised((ufunc.__name__, m, rng), run)
+
+    def _find_slot(self, m: Metric, x: float, newest: bool) -> IntArray:
+        """Per GPU, the newest (or oldest) slot in the window with a value >= x, else NO_SLOT."""
+        return self._memoised(("find", m, x, newest), lambda: self._search(m, x, newest, None))
+
+    def _search(self, m: Metric, x: float, newest: bool, cols: npt.NDArray[np.intp] | None) -> IntArray:
+        """``_find_slot`` for every GPU (``cols`` None) or only for ``cols``.
+
+        ``x = -inf`` finds any present value (NaN >= -inf is False). Scans from the chosen
+        end and stops once every GPU is settled; most are settled by the first row or two,
+        so the first block goes row by row. While many GPUs are unsettled, a block is
+        tested with one streaming ``fmax`` over all columns and searched only for the GPUs
+        it settles; once few are left, only their columns are gathered.
+        """
+        out = np.full(self.n_gpus, NO_SLOT, dtype=np.int64)
+        rng = self._range(m, None)
+        if rng is None or self.n_gpus == 0:
+            return out
+        ring = self._rings[m]
+        spans = self._spans(*rng, newest)
+        b0, b1, slot0 = spans[0]
+        singles = [(r, r + 1, slot0 + r - b0) for r in range(b0, b1)]
+        todo = np.ones(self.n_gpus, dtype=np.bool_)
+        left = self.n_gpus if cols is None else cols.size
+        for b0, b1, slot0 in (singles[::-1] if newest else singles) + spans[1:]:
+            if left == 0:
+                break
+            if cols is None and left * 16 < self.n_gpus:
+                cols = np.flatnonzero(todo)
+            if cols is None:
+                best = ring[b0] if b1 - b0 == 1 else np.fmax.reduce(ring[b0:b1], axis=0)
+                gpus = np.flatnonzero((best >= x) & todo)
+                ok = ring[b0:b1, gpus] >= x if b1 - b0 > 1 else None
+            else:
+                block = ring[b0:b1, cols] >= x
+                found = np.logical_or.reduce(block, axis=0)
+                gpus, ok, cols = cols[found], block[:, found], cols[~found]
+            if gpus.size == 0:
+                continue
+            if ok is None or ok.shape[0] == 1:
+                at: npt.NDArray[np.intp] | int = 0
+            else:  # the row of the newest (oldest) hit in each column of the block
+                at = ok.shape[0] - 1 - np.argmax(ok[::-1], axis=0) if newest else np.argmax(ok, axis=0)
+            out[gpus] = slot0 + at
+            left -= gpus.size
+            todo[gpus] = False
+        return out
+
+    def prefetch(self, calls: Iterable[tuple[str, Metric, tuple[float, ...]]], workers: int = 2) -> None:
+        """Compute aggregates ahead: ``(method, metric, args)``, e.g. ``("mean", m, (1800,))``.
+
+        numpy releases the GIL in its loops, so independent aggregates run on parallel
+        threads. Calls that share memoised work (same metric and family) run in order on
+        one thread, so no two threads ever compute or write the same memo entry.
+        """
+        groups: dict[tuple[str, Metric], list[Callable[[], object]]] = {}
+        for method, m, args in calls:
+            groups.setdefault((_FAMILY[method], m), []).append(
+                functools.partial(getattr(self, method), m, *args)
+            )
+
+        def run(fns: list[Callable[[], object]]) -> None:
+            for fn in fns:
+                fn()
+
+        # Heaviest first, so the last thread to finish is not one that started late.
+        ordered = [fns for key, fns in sorted(groups.items(), key=lambda kv: -_FAMILY_COST[kv[0][0]])]
+        if workers < 2 or len(ordered) < 2:
+            for fns in ordered:
+                run(fns)
+            return
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for done in [pool.submit(run, fns) for fns in ordered]:
+                done.result()
+
+    # --- public aggregates --------------------------------------------------------------
+
+    def mean(self, m: Metric, duration_s: float) -> FloatArray:
+        rng = self._range(m, duration_s)
+        if rng is None:
+            return self._empty()
+        count = self._count(m, rng)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self._memoised(
+                ("mean", m, rng),
+                lambda: np.where(count > 0, self._sum(m, rng) / np.maximum(count, 1), np.nan),
+            )
+
+    def min(self, m: Metric, duration_s: float) -> FloatArray:
+        rng = self._range(m, duration_s)
+        return self._empty() if rng is None else self._extreme(m, rng, np.fmin)
+
+    def max(self, m: Metric, duration_s: float) -> FloatArray:
+        rng = self._range(m, duration_s)
+        return self._empty() if rng is None else self._extreme(m, rng, np.fmax)
+
+    def coverage(self, m: Metric, duration_s: float) -> FloatArray:
+        """Share of the slots in the last ``duration_s`` that hold data, 0..1. The whole
+        duration counts, even beyond the window: 30 min of data never covers 60 min."""
+        k = self.slots_in(duration_s)
+        rng = self._range(m, duration_s)
+        if k == 0 or rng is None:
+            return self._empty(np.nan if k == 0 else 0.0)
+        out: FloatArray = self._count(m, rng) / float(k)
+        return out
+
+    def fraction_below(self, m: Metric, x: float, duration_s: float) -> FloatArray:
+        """Share of the present samples in the last ``duration_s`` that are below ``x``."""
+        rng = self._range(m, duration_s)
+        if rng is None:
+            return self._empty()
+
+        def run() -> FloatArray:
+            below = sum(
+                np.add.reduce(self._rings[m][r0:r1] < x, axis=0, dtype=np.int64)
+                for r0, r1, _ in self._segments(*rng)
+            )
+            count = self._count(m, rng)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out: FloatArray = np.where(count > 0, below / np.maximum(count, 1), np.nan)
+            return out
+
+        return self._memoised(("fraction_below", m, x, rng), run)
+
+    def last(self, m: Metric) -> FloatArray:
+        """The most recent present value in the window."""
+
+        def run() -> FloatArray:
+            slots = self._find_slot(m, -math.inf, newest=True)
+            out = self._empty()
+            have = np.flatnonzero(slots != NO_SLOT)
+            out[have] = self._rings[m][slots[have] % self.n_slots, have]
+            return out
+
+        return self._memoised(("last", m), run)
+
+    def below_for_s(self, m: Metric, x: float) -> FloatArray:
+        """How long the GPU has been continuously below ``x`` up to now, in seconds.
+
+        Now minus the newest present sample >= x or, when none is, minus the start of the
+        oldest present sample's interval (a sample speaks for the interval it measured,
+        so 30 min of samples show 30 min below); 0 when the newest present sample is
+        >= x; NaN without data. Missing slots do not break a run: coverage is separate.
+        """
+
+        def run() -> FloatArray:
+            newest = self._find_slot(m, -math.inf, newest=True)
+            ge = self._find_slot(m, x, newest=True)
+            never = np.flatnonzero((ge == NO_SLOT) & (newest != NO_SLOT))
+            oldest = self._search(m, -math.inf, False, never)  # only needed where none is >= x
+            since = np.where(ge != NO_SLOT, self._slot_time(ge), self._slot_time(oldest) - self.interval_s)
+            out = np.maximum(self._now_s - since, 0.0)
+            out[ge == newest] = 0.0
+            out[newest == NO_SLOT] = np.nan
+            return out
+
+        return self._memoised(("below_for", m, x), run)
+
+    def age_s(self) -> FloatArray:
+        """Seconds since the newest present sample of any metric; inf when there is none."""
+
+        def run() -> FloatArray:
+            newest = functools.reduce(
+                np.maximum,
+                (self._find_slot(m, -math.inf, True) for m in self._rings),
+                np.full(self.n_gpus, NO_SLOT),
+            )
+            return np.where(newest == NO_SLOT, np.inf, np.maximum(self._now_s - self._slot_time(newest), 0.0))
+
+        return self._memoised(("age",), run)
+
+    def slope(self, m: Metric, duration_s: float) -> FloatArray:
+        """Least-squares slope per minute over the present samples; NaN with fewer than two."""
+        rng = self._range(m, duration_s)
+        if rng is None:
+            return self._empty()
+        sums = np.zeros((5, self.n_gpus))  # n, sum t, sum t^2, sum y, sum t*y
+        for b0, b1, slot0 in self._spans(*rng, newest_first=False):
+            blk = self._rings[m][b0:b1]
+            t = (np.arange(b1 - b0) + (slot0 - rng[0])) * (self.interval_s / 60.0)  # minutes from the start
+            present = ~np.isnan(blk)
+            p, y = present.astype(np.float64), np.where(present, blk, 0.0)
+            sums += [p.sum(axis=0), t @ p, (t * t) @ p, y.sum(axis=0), t @ y]
+        n, st, stt, sy, sty = sums
+        with np.errstate(invalid="ignore", divide="ignore"):
+            den = n * stt - st * st
+            out: FloatArray = np.where((n >= 2) & (den > 0), (n * sty - st * sy) / den, np.nan)
+        return out
