@@ -111,20 +111,35 @@ def test_max_level_caps_the_ladder() -> None:
     assert "at most L1" in last.reason
 
 
-def test_finding_disappearing_clears_the_ladder_and_a_new_episode_starts_over() -> None:
+def test_a_short_gap_in_the_finding_does_not_clear_the_ladder() -> None:
     def gap(m: int, states: Mapping[str, LadderState]) -> PolicyInput:
         now = T0 + timedelta(minutes=m)
-        findings = [] if m == 20 else [finding(now)]
+        findings = [] if m in (20, 21) else [finding(now)]
         return PolicyInput(now, findings, {"job-1": workload()}, states, frozenset(), GPUS)
 
     fired, results = drive(40, gap, PolicySettings())
-    assert results[20].cleared == {"job-1"}
-    assert results[20].states == {}
-    assert "ladder is reset" in results[20].decisions[0].reason
+    assert results[20].cleared == frozenset()
+    assert results[20].decisions[0].hold is Hold.WAITING
+    assert "No waste seen since" in results[20].decisions[0].reason
+    assert results[21].states == {}  # unchanged: still clean since minute 20
+    assert fired == [("warn-1", 0), ("warn-2", 15), ("graceful-stop", 30)]
+
+
+def test_waste_gone_for_clear_after_minutes_clears_and_a_new_episode_starts_over() -> None:
+    def gap(m: int, states: Mapping[str, LadderState]) -> PolicyInput:
+        now = T0 + timedelta(minutes=m)
+        findings = [] if 20 <= m < 31 else [finding(now)]
+        return PolicyInput(now, findings, {"job-1": workload()}, states, frozenset(), GPUS)
+
+    fired, results = drive(50, gap, PolicySettings())
+    assert all(r.cleared == frozenset() for r in results[20:30])
+    assert results[30].cleared == {"job-1"}  # 10 minutes (clear_after_minutes) without waste
+    assert results[30].states == {}
+    assert "ladder is reset" in results[30].decisions[0].reason
     # The second episode gets its own warnings, under new idempotency keys.
     keys = [d.idempotency_key for r in results for d in r.decisions if d.acts]
     assert len(set(keys)) == 4
-    assert fired == [("warn-1", 0), ("warn-2", 15), ("warn-1", 21), ("warn-2", 36)]
+    assert fired == [("warn-1", 0), ("warn-2", 15), ("warn-1", 31), ("warn-2", 46)]
 
 
 def test_stale_data_holds_the_ladder_without_clearing_it() -> None:

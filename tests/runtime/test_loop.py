@@ -177,7 +177,12 @@ def test_source_outage_never_leads_to_action_on_stale_data(make_steward, setting
     assert all(r.findings == () and r.actions == () for r in outage)
     assert all(any("failed" in e or "backing off" in e for e in r.errors) for r in outage)
     stops = [a for a in steward.store.actions(limit=1000) if a.level >= Level.GRACEFUL_STOP]
-    assert all(not (down_from <= a.created_at < down_until) for a in stops)
+    # Data younger than stale_after_seconds still counts; nothing acts on anything older.
+    assert all(not (down_from + stale_after < a.created_at < down_until) for a in stops)
+    # The ladders froze through the outage: nobody was warned twice for one episode.
+    warnings = Counter(a.workload_id for a in steward.store.actions(limit=1000) if a.step == "warn-1")
+    assert warnings
+    assert set(warnings.values()) == {1}
     # It recovered and finished the job after the outage.
     assert _stopped(steward.store) == _ids(
         adapters.cluster, Behaviour.ZOMBIE, Behaviour.IDLE, Behaviour.NOTEBOOK

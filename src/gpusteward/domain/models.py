@@ -282,3 +282,5 @@ class LadderState:
     step: str = ""
     step_at: datetime | None = None
     first_warned_at: datetime | None = None
+    #: Since when fresh, judged data has shown no waste; None while the finding holds.
+    clean_since: datetime | None = None

@@ -11,8 +11,8 @@ does not; only acting decisions carry an idempotency key and advance the ladder.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 
 from gpusteward.domain.models import (
     Decision,
@@ -124,6 +124,22 @@ def _ahead(state: LadderState, p: _Plan, now: datetime, settings: PolicySettings
     return f" Next: {plan}, unless the GPUs get busy again."
 
 
+def _clean(wid: str, w: Workload, prev: LadderState, now: datetime, settings: PolicySettings) -> _Plan:
+    """Fresh data shows no waste: the ladder ends once that has lasted ``clear_after_minutes``."""
+    since = prev.clean_since or now
+    ends = since + timedelta(minutes=settings.ladder.clear_after_minutes)
+    if now >= ends:
+        return _Plan(
+            wid, "No waste is seen on fresh data any more: its ladder is reset.", workload=w, clear=True
+        )
+    reason = (
+        f"No waste seen since {ladder.clock(since)}: nothing is done, and the ladder "
+        f"(at {prev.step or 'no step yet'}) resets {ladder.when(ends, now)} if it stays so."
+    )
+    state = replace(prev, clean_since=since)
+    return _Plan(wid, reason, workload=w, state=state, hold=Hold.WAITING, rule=prev.rule)
+
+
 def _plan(wid: str, findings: Sequence[Finding], inp: PolicyInput, settings: PolicySettings) -> _Plan | None:
     now, prev, w = inp.now, inp.states.get(wid), inp.workloads.get(wid)
     driver = _driver(findings)
@@ -152,8 +168,9 @@ def _plan(wid: str, findings: Sequence[Finding], inp: PolicyInput, settings: Pol
     if restarted:
         prev = None
     if driver is None:
-        why = "It restarted" if restarted else "No waste is seen on fresh data any more"
-        return _Plan(wid, f"{why}: its ladder is reset.", workload=w, clear=True)
+        if prev is None:
+            return _Plan(wid, "It restarted: its ladder is reset.", workload=w, clear=True)
+        return _clean(wid, w, prev, now, settings)
     advice = driver.action is not RuleAction.RECLAIM
     seen = _seen(driver, inp.gpus)
     p = _Plan(wid, "", w, driver, advice, seen, rule=driver.rule, gpu_uuids=driver.gpu_uuids)

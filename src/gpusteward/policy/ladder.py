@@ -52,7 +52,7 @@ def start(workload_id: str, incarnation: str, rule: str, now: datetime) -> Ladde
 
 def observe(state: LadderState, rule: str, now: datetime) -> LadderState:
     """The finding held again at ``now`` (``rule`` is the one driving the ladder now)."""
-    return replace(state, rule=rule, last_seen_at=now)
+    return replace(state, rule=rule, last_seen_at=now, clean_since=None)
 
 
 def _minutes(m: float) -> timedelta:

@@ -34,6 +34,13 @@ class LadderSettings(_Strict):
         description="Minutes after the graceful stop before a force stop, if the workload still "
         "runs and still wastes its GPUs.",
     )
+    clear_after_minutes: float = Field(
+        10.0,
+        ge=0,
+        description="Minutes the waste must stay gone, on fresh data, before a ladder ends: a short "
+        "burst of use, or the first minutes of data after an outage, does not wipe out the warnings "
+        "already given. Nothing is done while the waste is not seen.",
+    )
     stop_grace_seconds: float = Field(
         120.0,
         ge=0,

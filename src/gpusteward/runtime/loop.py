@@ -66,6 +66,9 @@ class Steward:
     stale_after_s: float = 180.0
     backoff_max_s: float = 300.0
     gpus: dict[str, Gpu] = field(default_factory=dict)
+    #: The workloads of the last good observation: while the source is down they are
+    #: still there as far as we know, their GPUs go stale, and their ladders freeze.
+    workloads: Mapping[str, Workload] = field(default_factory=dict)
     _health: _SourceHealth = field(default_factory=_SourceHealth)
 
     @property
@@ -104,11 +107,11 @@ class Steward:
         now = self.clock.now()
         obs, error = self._observe(now)
         errors = [error] if error else []
-        workloads: Mapping[str, Workload] = {}
         if obs is not None:
-            workloads = self.ingest(obs)
+            self.workloads = self.ingest(obs)
             errors.extend(obs.errors)
-            self.store.remember_workloads(list(workloads.values()), now)
+            self.store.remember_workloads(list(self.workloads.values()), now)
+        workloads = self.workloads
         analysis = analyse(
             self.rules,
             AnalysisInput(

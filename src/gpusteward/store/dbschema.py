@@ -101,6 +101,7 @@ ladders_t = Table(
     _text("step", 32),
     _at("step_at"),
     _at("first_warned_at"),
+    _at("clean_since"),
 )
 episodes_t = Table(
     "finding_episodes",
