@@ -1,0 +1,29 @@
+"""Exit codes for the commands in their own modules: config errors 2 (file:line: problem), others 1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+from gpusteward.domain.errors import ConfigError, StewardError
+
+err = Console(stderr=True, soft_wrap=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def exit_on_errors() -> Iterator[None]:
+    try:
+        yield
+    except ConfigError as e:
+        fail(str(e), 2)
+    except StewardError as e:
+        fail(str(e), 1)

@@ -1,0 +1,45 @@
+"""The nvml benchmark runs end to end at a tiny size (no timing is asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "nvml.py"
+
+
+def load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_nvml", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_runs_and_reports_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
+    out = load_bench().main(["--gpus", "2", "--procs", "3", "--repeats", "2", "--ticks", "3", "--json"])
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == out
+    assert (out["gpus"], out["procs_per_gpu"], out["agent_ticks"]) == (2, 3, 3)
+    # Differences of two timings may come out negative at this size: only their presence is checked.
+    for key in (
+        "pass_us_per_gpu",
+        "pass_us_per_process",
+        "observe_us_per_process",
+        "choke_ratio",
+        "scrape_ratio",
+    ):
+        assert isinstance(out[key], float), key
+    assert out["scrape_ms"] > 0
+    assert out["rss_mb"] > 0
+    assert out["rss_baseline_mb"] < out["rss_mb"]
+    assert out["rss_target_mb"] == 150.0
+    # 2 GPUs x 3 processes: 6 series in each per-process family.
+    assert out["scrape_series"] > 6 * 3
