@@ -1,0 +1,1 @@
+"""``gpusteward run``'s HTTP side: ``serve`` (thread + loop), ``app`` (routes), ``alerts`` (payload)."""
