@@ -1,0 +1,98 @@
+"""``gpusteward slurm ...``: what gpusteward sees of a Slurm cluster, and its time-limit advice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpusteward.domain.errors import ConfigError, StewardError
+from gpusteward.runtime.config import load_settings
+from gpusteward.runtime.slurm import slurm_advice, slurm_jobs
+
+slurm_app = typer.Typer(help="Look at a Slurm cluster the way the slurm source does.", no_args_is_help=True)
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Config file (YAML); source.slurm is read.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
+
+
+def _run(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except ConfigError as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(2) from e
+    except StewardError as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(1) from e
+
+
+def _problems(problems: list[str]) -> None:
+    for p in problems[:20]:
+        err.print(f"[yellow]warning:[/yellow] {p}", highlight=False)
+
+
+@slurm_app.command("jobs")
+def jobs(config: ConfigOpt = None, json_out: JsonOpt = False) -> None:
+    """Running GPU jobs: owner and contact, partition, GPUs by node and index, protection."""
+    settings = _run(load_settings, config)
+    rows, problems = _run(slurm_jobs, settings)
+    if json_out:
+        data = [
+            {
+                "id": r.workload.id,
+                "job_id": r.workload.ref.get("job_id"),
+                "name": r.workload.name,
+                "user": r.workload.owner.user,
+                "account": r.workload.owner.team,
+                "contact": r.workload.owner.contact,
+                "partition": r.workload.ref.get("partition"),
+                "qos": r.workload.ref.get("qos"),
+                "started_at": r.workload.started_at.isoformat(),
+                "gpus": list(r.gpus),
+                "protected": r.protected or None,
+            }
+            for r in rows
+        ]
+        print(json.dumps({"jobs": data, "problems": problems}, indent=2))
+        return
+    table = Table("workload", "user", "account", "partition", "GPUs", "protected")
+    for r in rows:
+        who = r.workload.owner.user + (f" <{r.workload.owner.contact}>" if r.workload.owner.contact else "")
+        table.add_row(
+            r.workload.id,
+            who,
+            r.workload.owner.team,
+            r.workload.ref.get("partition", ""),
+            " ".join(r.gpus),
+            r.protected,
+        )
+    out.print(table)
+    _problems(problems)
+
+
+@slurm_app.command("advice")
+def advice(config: ConfigOpt = None, json_out: JsonOpt = False) -> None:
+    """Running jobs whose time limit is far above their owner's usual runtime (from sacct)."""
+    from datetime import UTC, datetime
+
+    settings = _run(load_settings, config)
+    findings, problems = _run(slurm_advice, settings, datetime.now(tz=UTC))
+    if json_out:
+        data = [{"workload": f.workload_id, "rule": f.rule, "message": f.message} for f in findings]
+        print(json.dumps({"advice": data, "problems": problems}, indent=2))
+        return
+    if not findings:
+        out.print("no time-limit advice")
+    for f in findings:
+        out.print(f"{f.workload_id}: {f.message}", highlight=False)
+    _problems(problems)
