@@ -1,0 +1,268 @@
+"""``gpusteward backtest``: what the policy would have done over a history, and what it would have saved."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, cast, get_args
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpusteward.cli.exits import err, exit_on_errors, fail
+from gpusteward.domain.models import utc
+from gpusteward.runtime.backtest import (
+    ACTION_COLUMNS,
+    BacktestResult,
+    action_rows,
+    history_trace,
+    policy_settings,
+    run_backtest,
+)
+from gpusteward.runtime.config import Settings, load_settings
+from gpusteward.sensing.replay import Trace, TraceFormat, load_trace
+from gpusteward.sensing.replay.generic import parse_time
+
+out = Console(soft_wrap=True)
+
+#: The rows of the comparison table: (summary key, label).
+ROWS = (
+    ("hours", "hours of history"),
+    ("gpus", "GPUs"),
+    ("workloads", "workloads"),
+    ("waste_gpu_hours", "waste in the trace (GPU-h under 10 %)"),
+    ("flagged_waste_gpu_hours", "waste the rules flagged (GPU-h)"),
+    ("reclaimed_gpu_hours", "reclaimed (GPU-h)"),
+    ("cost_saved", "saved"),
+    ("stops", "workloads stopped"),
+    ("regrets", "regrets (stopped, then busy again)"),
+    ("detection_latency_p50_min", "detection latency p50 (min)"),
+    ("stop_latency_p50_min", "idle-to-stop p50 (min)"),
+    ("notices", "notices"),
+)
+
+
+def _when(value: str, option: str) -> datetime:
+    try:
+        t = parse_time(value)
+    except ValueError:
+        t = None
+    if t is None:
+        fail(f"{option}: not epoch seconds or RFC 3339: {value!r}")
+    return utc(t)
+
+
+def _trace(
+    settings: Settings,
+    source: str,
+    trace: Path | None,
+    fmt: str | None,
+    gpu_model: str | None,
+    start: str | None,
+    end: str | None,
+    tick_seconds: float | None,
+) -> Trace:
+    cfg = settings.source.replay
+    if source == "replay":
+        if start is not None or end is not None:
+            fail("--from and --to read other sources back; a replay plays its whole trace")
+        path = trace or cfg.trace
+        if path is None:
+            fail("--trace FILE (or source.replay.trace in the config) is needed to replay a trace")
+        kind = cast(TraceFormat, fmt) if fmt is not None else cfg.format
+        return load_trace(path, kind, gpu_model=cfg.gpu_model if gpu_model is None else gpu_model)
+    if start is None or end is None:
+        fail(f"--from and --to are needed to backtest the {source} source over its history")
+    step = tick_seconds or settings.tick_seconds
+    return history_trace(settings, source, _when(start, "--from"), _when(end, "--to"), step)
+
+
+def _policies(settings: Settings, files: Sequence[Path]) -> list[tuple[str, Settings]]:
+    if not files:
+        return [("configured", settings)]
+    out_: list[tuple[str, Settings]] = []
+    for f in files:
+        name = f.stem
+        while name in {n for n, _ in out_}:
+            name += "'"
+        out_.append((name, policy_settings(settings, f)))
+    return out_
+
+
+def _state_url(state: Path | None, name: str, several: bool) -> str | None:
+    if state is None:
+        return None
+    path = state.with_name(f"{state.stem}-{name}{state.suffix}") if several else state
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path.resolve()}"
+
+
+@contextmanager
+def _progress(*, disable: bool) -> Iterator[Callable[[str], Callable[[float], None]]]:
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=disable,
+        transient=True,
+    )
+
+    def task(name: str) -> Callable[[float], None]:
+        tid = progress.add_task(f"backtest {name}", total=1.0)
+        return lambda done: progress.update(tid, completed=done)
+
+    with progress:
+        yield task
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}".rstrip("0").rstrip(".") if value % 1 else f"{value:,.0f}"
+    return str(value)
+
+
+def print_table(console: Console, results: Sequence[BacktestResult]) -> None:
+    first = results[0].summary
+    table = Table(title=f"backtest of {first['trace']} ({first['currency']}, {first['rate']} rate)")
+    table.add_column("")
+    for r in results:
+        table.add_column(r.policy, justify="right")
+    for key, label in ROWS:
+        table.add_row(
+            label + (f" ({first['currency']})" if key == "cost_saved" else ""),
+            *(_cell(r.summary[key]) for r in results),
+        )
+    for level in ("L1", "L2", "L3", "L4"):
+        table.add_row(
+            f"actions {level}", *(str(r.summary["actions_by_level"].get(level, 0)) for r in results)
+        )
+    console.print(table)
+    for r in results:
+        if r.summary["regret_workloads"]:
+            shown = ", ".join(r.summary["regret_workloads"][:10])
+            console.print(
+                f"{r.policy}: regrets on {shown}" + (" …" if r.summary["regrets"] > 10 else ""),
+                highlight=False,
+            )
+
+
+def write_actions_csv(path: Path, results: Sequence[BacktestResult]) -> int:
+    several = len(results) > 1
+    columns = [*ACTION_COLUMNS, *(["policy"] if several else [])]
+    n = 0
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for r in results:
+            for row in action_rows(r):
+                writer.writerow({**row, **({"policy": r.policy} if several else {})})
+                n += 1
+    return n
+
+
+def backtest(
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace",
+            "-t",
+            help="Trace file to replay (CSV/Parquet long table, Philly windows, Helios sequence).",
+        ),
+    ] = None,
+    source: Annotated[
+        str,
+        typer.Option(
+            "--source",
+            "-s",
+            help="replay (a trace file), or a source to read back over --from/--to (e.g. prometheus).",
+        ),
+    ] = "replay",
+    start: Annotated[
+        str | None,
+        typer.Option(
+            "--from", help="Start of the history (RFC 3339 or epoch seconds), for sources other than replay."
+        ),
+    ] = None,
+    end: Annotated[
+        str | None, typer.Option("--to", help="End of the history, for sources other than replay.")
+    ] = None,
+    policy: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--policy",
+            "-p",
+            help="Policy file (rules, policy, analysis, store.window_minutes); repeat to compare "
+            "side by side.",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="Config file: prices, the source, the default policy."),
+    ] = None,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="Trace format: auto, generic, philly, helios.")
+    ] = None,
+    gpu_model: Annotated[
+        str | None, typer.Option(help="GPU model for traces that name none (prices the GPU-hours).")
+    ] = None,
+    tick_seconds: Annotated[
+        float | None,
+        typer.Option(help="Simulated seconds per tick (default: the trace's sampling interval)."),
+    ] = None,
+    state: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep the backtest's state and ledger in this SQLite file (for `gpusteward report "
+            "--db`); with several policies, one file each, named FILE-POLICY."
+        ),
+    ] = None,
+    actions_csv: Annotated[
+        Path | None,
+        typer.Option(
+            "--actions-csv",
+            help="Write every simulated action: time, workload, gpu, level, rule (then step, status).",
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help='Print one JSON object (with several policies: {"policies": [...]}).'),
+    ] = False,
+) -> None:
+    """Replay a history through the policy, enforcing against a simulated cluster, and judge it.
+
+    Reports the waste in the history, the GPU-hours and money the stops would have reclaimed,
+    actions by level, and regrets: stops of workloads the trace shows busy again (>= 10 % for
+    >= 5 min) afterwards, the false kills the policy would have made. Nothing real is touched.
+    """
+    with exit_on_errors():
+        settings = load_settings(config)
+        if fmt is not None and fmt not in get_args(TraceFormat):
+            fail(f"--format must be one of {', '.join(get_args(TraceFormat))}, not {fmt!r}")
+        history = _trace(settings, source, trace, fmt, gpu_model, start, end, tick_seconds)
+        policies = _policies(settings, policy or [])
+        results = []
+        with _progress(disable=json_out) as task:
+            for name, cfg in policies:
+                url = _state_url(state, name, len(policies) > 1)
+                results.append(
+                    run_backtest(
+                        history, cfg, policy=name, tick_s=tick_seconds, state_url=url, on_tick=task(name)
+                    )
+                )
+    if actions_csv is not None:
+        n = write_actions_csv(actions_csv, results)
+        err.print(f"{n} action(s) written to {actions_csv}", highlight=False)
+    if json_out:
+        obj: Any = results[0].summary if len(results) == 1 else {"policies": [r.summary for r in results]}
+        print(json.dumps(obj, indent=2, default=str))
+        return
+    print_table(out, results)

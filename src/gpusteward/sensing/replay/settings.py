@@ -1,0 +1,29 @@
+"""The ``source.replay`` settings section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ReplaySettings(BaseModel):
+    """Where the trace is and how to play it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trace: Path | None = Field(
+        None, description="Trace file (CSV or Parquet long table, Philly windows, Helios sequence)."
+    )
+    format: Literal["auto", "generic", "philly", "helios"] = Field(
+        "auto", description="Trace format; auto tells them apart by their header."
+    )
+    align: Literal["now", "trace"] = Field(
+        "now",
+        description="now: shift the trace so that it starts one window before the agent does "
+        "(run, scan); trace: keep its own times (the clock must be set to them, as backtest does).",
+    )
+    gpu_model: str = Field(
+        "", description="GPU model for traces that do not name one (prices GPU-hours; e.g. H100)."
+    )

@@ -1,0 +1,321 @@
+"""The waste and savings ledger: money and GPU-hours per day, owner, team and kind of waste,
+GPU use per workload per day, and the marks that keep counting exact across restarts.
+
+It shares the state store's database and transactions (tables in ``dbschema``). Amounts are
+added, never overwritten: ``add`` increments the rows of a day in one transaction, so the loop
+can flush as often as it likes. Days are UTC dates written ``YYYY-MM-DD``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from datetime import date, datetime
+from typing import Any
+
+from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy.engine import Connection
+
+from gpusteward.domain.models import ActionStatus, Level
+from gpusteward.store.db import StateStore, _chunks
+from gpusteward.store.dbschema import (
+    actions_t,
+    jsonable,
+    ledger_daily_t,
+    ledger_marks_t,
+    ledger_usage_t,
+    workloads_t,
+)
+
+
+def day_key(d: date | datetime) -> str:
+    return (d.date() if isinstance(d, datetime) else d).isoformat()
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DailyKey:
+    day: str
+    currency: str
+    user: str
+    team: str
+    kind: str
+
+
+@dataclass(slots=True)
+class DailyAmounts:
+    waste_gpu_hours: float = 0.0
+    waste_cost: float = 0.0
+    waste_kwh: float = 0.0
+    saved_gpu_hours: float = 0.0
+    saved_cost: float = 0.0
+    stops: int = 0
+
+
+_AMOUNTS = tuple(f.name for f in fields(DailyAmounts))
+
+
+@dataclass(frozen=True, slots=True)
+class DailyRow:
+    key: DailyKey
+    amounts: DailyAmounts
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class UsageKey:
+    day: str
+    workload_id: str
+
+
+@dataclass(slots=True)
+class UsageAmounts:
+    """One workload's GPU use on one day. Hours count only samples the source had."""
+
+    user: str
+    team: str
+    gpus_requested: int = 0
+    gpus_held: int = 0
+    held_gpu_hours: float = 0.0
+    #: Utilisation-weighted: an hour at 50 % is half a busy GPU-hour.
+    busy_gpu_hours: float = 0.0
+    advise_idle_gpus: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    key: UsageKey
+    amounts: UsageAmounts
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Counted up to ``until`` (waste on one GPU, savings of one stop); ``data`` says what for."""
+
+    key: str
+    until: datetime
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StopRow:
+    """A succeeded stop (L2 and above) with its workload's owner."""
+
+    at: datetime
+    workload_id: str
+    level: Level
+    rule: str
+    gpus: int
+    user: str
+    team: str
+
+
+class LedgerStore:
+    """The ledger tables of a ``StateStore``'s database (its schema creates them)."""
+
+    def __init__(self, state: StateStore) -> None:
+        self.state = state
+
+    # -- writing ------------------------------------------------------------------------------
+    def add(
+        self,
+        daily: Mapping[DailyKey, DailyAmounts],
+        usage: Mapping[UsageKey, UsageAmounts],
+        marks: Iterable[Mark] = (),
+        drop_marks: Iterable[str] = (),
+    ) -> None:
+        """Add amounts to their rows (creating them) and save or drop marks, in one transaction."""
+        saved, dropped = list(marks), sorted(set(drop_marks))
+        if not (daily or usage or saved or dropped):
+            return
+        with self.state._tx("add to the ledger") as conn:
+            self._add_daily(conn, daily)
+            self._add_usage(conn, usage)
+            keys = sorted({m.key for m in saved} | set(dropped))
+            for chunk in _chunks(keys):
+                conn.execute(delete(ledger_marks_t).where(ledger_marks_t.c.key.in_(chunk)))
+            if saved:
+                rows = [{"key": m.key, "until": m.until, "data": jsonable(dict(m.data))} for m in saved]
+                conn.execute(insert(ledger_marks_t), rows)
+
+    def _add_daily(self, conn: Connection, daily: Mapping[DailyKey, DailyAmounts]) -> None:
+        if not daily:
+            return
+        c = ledger_daily_t.c
+        query = select(c.id, c.day, c.currency, c.user_name, c.team, c.kind).where(
+            c.day.in_(sorted({k.day for k in daily}))
+        )
+        ids = {DailyKey(r.day, r.currency, r.user_name, r.team, r.kind): r.id for r in conn.execute(query)}
+        ups = [{"rid": ids[k], **_plus(a)} for k, a in sorted(daily.items()) if k in ids]
+        new = [_daily_row(k, a) for k, a in sorted(daily.items()) if k not in ids]
+        if ups:
+            stmt = update(ledger_daily_t).where(c.id == bindparam("rid"))
+            conn.execute(stmt.values({n: c[n] + bindparam(f"d_{n}") for n in _AMOUNTS}), ups)
+        if new:
+            conn.execute(insert(ledger_daily_t), new)
+
+    def _add_usage(self, conn: Connection, usage: Mapping[UsageKey, UsageAmounts]) -> None:
+        if not usage:
+            return
+        c = ledger_usage_t.c
+        stored: dict[UsageKey, Any] = {}
+        cols = (c.id, c.workload_id, c.gpus_requested, c.gpus_held, c.advise_idle_gpus)
+        for day in sorted({k.day for k in usage}):
+            wids = sorted(k.workload_id for k in usage if k.day == day)
+            for chunk in _chunks(wids):
+                query = select(*cols).where(c.day == day, c.workload_id.in_(chunk))
+                stored.update({UsageKey(day, r.workload_id): r for r in conn.execute(query)})
+        ups, new = [], []
+        for k, a in sorted(usage.items()):
+            values = {
+                "user_name": a.user,
+                "team": a.team,
+                "gpus_requested": a.gpus_requested,
+                "gpus_held": a.gpus_held,
+                "advise_idle_gpus": a.advise_idle_gpus,
+            }
+            hours = {"held_gpu_hours": a.held_gpu_hours, "busy_gpu_hours": a.busy_gpu_hours}
+            old = stored.get(k)
+            if old is None:
+                new.append({"day": k.day, "workload_id": k.workload_id, **values, **hours})
+                continue
+            for n in ("gpus_requested", "gpus_held", "advise_idle_gpus"):
+                values[n] = max(values[n], getattr(old, n))
+            ups.append({"rid": old.id, **{f"s_{n}": v for n, v in values.items()}, **_plus_hours(hours)})
+        if ups:
+            stmt = update(ledger_usage_t).where(c.id == bindparam("rid"))
+            sets: dict[str, Any] = {n: bindparam(f"s_{n}") for n in _USAGE_SET}
+            sets.update({n: c[n] + bindparam(f"d_{n}") for n in ("held_gpu_hours", "busy_gpu_hours")})
+            conn.execute(stmt.values(sets), ups)
+        if new:
+            conn.execute(insert(ledger_usage_t), new)
+
+    # -- reading ------------------------------------------------------------------------------
+    def marks(self) -> dict[str, Mark]:
+        with self.state._tx("read ledger marks") as conn:
+            rows = conn.execute(select(ledger_marks_t)).all()
+        return {r.key: Mark(r.key, r.until, dict(r.data or {})) for r in rows}
+
+    def daily(self, start: date, end: date, *, team: str | None = None) -> list[DailyRow]:
+        """Rows of the days ``start`` <= day < ``end`` (of one team), by day, owner, kind."""
+        c = ledger_daily_t.c
+        query = select(ledger_daily_t).where(c.day >= day_key(start), c.day < day_key(end))
+        if team is not None:
+            query = query.where(c.team == team)
+        with self.state._tx("read the ledger") as conn:
+            rows = conn.execute(query.order_by(c.day, c.user_name, c.team, c.kind, c.currency)).all()
+        return [
+            DailyRow(
+                DailyKey(r.day, r.currency, r.user_name, r.team, r.kind),
+                DailyAmounts(**{n: getattr(r, n) for n in _AMOUNTS}),
+            )
+            for r in rows
+        ]
+
+    def usage(self, start: date, end: date, *, team: str | None = None) -> list[UsageRow]:
+        c = ledger_usage_t.c
+        query = select(ledger_usage_t).where(c.day >= day_key(start), c.day < day_key(end))
+        if team is not None:
+            query = query.where(c.team == team)
+        with self.state._tx("read ledger usage") as conn:
+            rows = conn.execute(query.order_by(c.day, c.workload_id)).all()
+        return [
+            UsageRow(
+                UsageKey(r.day, r.workload_id),
+                UsageAmounts(
+                    r.user_name,
+                    r.team,
+                    r.gpus_requested,
+                    r.gpus_held,
+                    r.held_gpu_hours,
+                    r.busy_gpu_hours,
+                    r.advise_idle_gpus,
+                ),
+            )
+            for r in rows
+        ]
+
+    def day_range(self) -> tuple[date, date] | None:
+        """The first and last day with ledger rows, or None for an empty ledger."""
+        c = ledger_daily_t.c
+        u = ledger_usage_t.c
+        with self.state._tx("read ledger days") as conn:
+            lo1, hi1 = conn.execute(select(func.min(c.day), func.max(c.day))).one()
+            lo2, hi2 = conn.execute(select(func.min(u.day), func.max(u.day))).one()
+        days = [d for d in (lo1, hi1, lo2, hi2) if d]
+        if not days:
+            return None
+        return date.fromisoformat(min(days)), date.fromisoformat(max(days))
+
+    def stops(self, start: datetime, end: datetime, *, team: str | None = None) -> list[StopRow]:
+        """Succeeded, real (not dry-run) actions at L2 and above created in [start, end)."""
+        a, w = actions_t.c, workloads_t.c
+        query = (
+            select(a.created_at, a.workload_id, a.level, a.rule, a.gpu_count, w.owner)
+            .select_from(actions_t.outerjoin(workloads_t, w.id == a.workload_id))
+            .where(
+                a.created_at >= start,
+                a.created_at < end,
+                a.level >= int(Level.GRACEFUL_STOP),
+                a.dry_run.is_(False),
+                a.status == ActionStatus.SUCCEEDED.value,
+            )
+            .order_by(a.created_at, a.id)
+        )
+        with self.state._tx("read stops") as conn:
+            rows = conn.execute(query).all()
+        out = []
+        for r in rows:
+            owner = r.owner or {}
+            row = StopRow(
+                r.created_at,
+                r.workload_id,
+                Level(r.level),
+                r.rule,
+                r.gpu_count,
+                str(owner.get("user", "")),
+                str(owner.get("team", "")),
+            )
+            if team is None or row.team == team:
+                out.append(row)
+        return out
+
+    def actions_by_level(self, start: datetime, end: datetime, *, team: str | None = None) -> dict[str, int]:
+        """Real (not dry-run) actions per level created in [start, end), skipped ones excluded."""
+        a, w = actions_t.c, workloads_t.c
+        query = (
+            select(a.level, w.owner)
+            .select_from(actions_t.outerjoin(workloads_t, w.id == a.workload_id))
+            .where(
+                a.created_at >= start,
+                a.created_at < end,
+                a.dry_run.is_(False),
+                a.status != ActionStatus.SKIPPED.value,
+            )
+        )
+        counts = {lv.label: 0 for lv in Level if lv is not Level.NONE}
+        with self.state._tx("count actions") as conn:
+            for level, owner in conn.execute(query):
+                if team is None or (owner or {}).get("team", "") == team:
+                    counts[Level(level).label] += 1
+        return counts
+
+
+_USAGE_SET = ("user_name", "team", "gpus_requested", "gpus_held", "advise_idle_gpus")
+
+
+def _plus_hours(hours: Mapping[str, float]) -> dict[str, float]:
+    return {f"d_{n}": v for n, v in hours.items()}
+
+
+def _plus(a: DailyAmounts) -> dict[str, Any]:
+    return {f"d_{n}": getattr(a, n) for n in _AMOUNTS}
+
+
+def _daily_row(k: DailyKey, a: DailyAmounts) -> dict[str, Any]:
+    return {
+        "day": k.day,
+        "currency": k.currency,
+        "user_name": k.user,
+        "team": k.team,
+        "kind": k.kind,
+        **{n: getattr(a, n) for n in _AMOUNTS},
+    }
