@@ -16,10 +16,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpusteward.analysis.rules import compile_rules, load_rule_pack
 from gpusteward.cli import views
+from gpusteward.cli.backtest import backtest as backtest_command
+from gpusteward.cli.exporter import exporter as exporter_command
+from gpusteward.cli.report import report as report_command
+from gpusteward.cli.slurm import slurm_app
 from gpusteward.domain.errors import ConfigError, StewardError
 from gpusteward.runtime import demo as demo_mod
 from gpusteward.runtime.config import Settings, load_settings
-from gpusteward.runtime.loop import StopFlag, run_forever
+from gpusteward.runtime.loop import StopFlag
+from gpusteward.runtime.server.serve import run_with_server
 from gpusteward.runtime.wiring import build_steward, load_rules
 from gpusteward.store.db import StateStore
 
@@ -36,6 +41,10 @@ app = typer.Typer(
 )
 rules_app = typer.Typer(help="Work with rule packs (YAML files of waste rules).", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
+app.add_typer(slurm_app, name="slurm")
+app.command("exporter")(exporter_command)
+app.command("backtest")(backtest_command)
+app.command("report")(report_command)
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -143,6 +152,13 @@ def run(
         int | None, typer.Option(help="Stop after this many ticks (default: run until SIGTERM).")
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every tick.")] = False,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve /metrics and the Alertmanager receiver (POST /api/v1/alertmanager) on HOST:PORT "
+            "(default: server.listen; none when unset)."
+        ),
+    ] = None,
 ) -> None:
     """Run the loop continuously: a tick every `tick_seconds` (default 30 s).
 
@@ -164,7 +180,7 @@ def run(
             f"tick={settings.tick_seconds:g}s state={settings.store.url}",
             highlight=False,
         )
-        ticks = run_forever(steward, settings.tick_seconds, stop, max_ticks=max_ticks)
+        ticks = run_with_server(steward, settings, stop, listen=listen, max_ticks=max_ticks)
         err.print(f"stopped after {ticks} tick(s)")
 
 

@@ -18,6 +18,11 @@ from gpusteward.analysis.cost import PriceTable
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.yamlload import config_error, load_yaml
 from gpusteward.policy.settings import PolicySettings
+from gpusteward.runtime.server.settings import ServerSettings
+from gpusteward.sensing.nvml.settings import NvmlSourceSettings
+from gpusteward.sensing.prometheus.settings import PrometheusSourceSettings
+from gpusteward.sensing.replay.settings import ReplaySettings
+from gpusteward.sensing.slurm.settings import SlurmSourceSettings
 
 
 def default_state_url() -> str:
@@ -44,6 +49,10 @@ class SimSourceSettings(_Section):
 class SourceSettings(_Section):
     name: str = Field("sim", description="Which source senses the cluster: sim (built-in simulator).")
     sim: SimSourceSettings = Field(default_factory=SimSourceSettings)
+    prometheus: PrometheusSourceSettings = Field(default_factory=PrometheusSourceSettings)
+    slurm: SlurmSourceSettings = Field(default_factory=SlurmSourceSettings)
+    nvml: NvmlSourceSettings = Field(default_factory=NvmlSourceSettings)
+    replay: ReplaySettings = Field(default_factory=ReplaySettings)
     backoff_max_seconds: float = Field(
         300, gt=0, description="Longest wait before retrying a source that failed (doubles per failure)."
     )
@@ -89,6 +98,7 @@ class Settings(BaseSettings):
     analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
     cost: PriceTable = Field(default_factory=PriceTable)
+    server: ServerSettings = Field(default_factory=ServerSettings)
 
     @classmethod
     def settings_customise_sources(

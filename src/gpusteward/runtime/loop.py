@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpusteward.analysis.cost import PriceTable
 from gpusteward.analysis.engine import AnalysisInput, AnalysisResult, analyse
 from gpusteward.analysis.rules import CompiledRule
-from gpusteward.domain.errors import SourceError
+from gpusteward.domain.errors import SourceError, StoreError
 from gpusteward.domain.models import Decision, Finding, Gpu, Level, Observation, RuleAction, Workload
 from gpusteward.domain.ports import Clock, Source
 from gpusteward.execution.base import ActionResult, ActionRunner
 from gpusteward.policy import PolicyInput, PolicySettings, decide
+from gpusteward.runtime.ledger import LedgerRecorder
 from gpusteward.store.db import StateStore
 from gpusteward.store.window import WindowStore
 
@@ -69,7 +71,13 @@ class Steward:
     #: The workloads of the last good observation: while the source is down they are
     #: still there as far as we know, their GPUs go stale, and their ladders freeze.
     workloads: Mapping[str, Workload] = field(default_factory=dict)
+    #: The daily waste and savings ledger (runtime/ledger.py); one is made when None is given.
+    ledger: LedgerRecorder | None = None
     _health: _SourceHealth = field(default_factory=_SourceHealth)
+
+    def __post_init__(self) -> None:
+        if self.ledger is None:
+            self.ledger = LedgerRecorder(self.store, self.prices)
 
     @property
     def dry_run(self) -> bool:
@@ -130,6 +138,7 @@ class Steward:
                 f.workload_id for f in analysis.findings if f.action is RuleAction.RECLAIM and f.workload_id
             }
             actions += self.runner.retry(now, workloads, wasting)
+        self._record_ledger(now, obs, workloads, analysis.findings, actions)
         return TickReport(
             at=now,
             source_ok=obs is not None,
@@ -142,6 +151,22 @@ class Steward:
             paused=paused,
             errors=tuple(errors),
         )
+
+    def _record_ledger(
+        self,
+        now: datetime,
+        obs: Observation | None,
+        workloads: Mapping[str, Workload],
+        findings: Sequence[Finding],
+        actions: Sequence[ActionResult],
+    ) -> None:
+        if self.ledger is None:
+            return
+        try:
+            self.ledger.record(now, obs, workloads, findings, actions, self.gpus)
+        except StoreError:
+            # After the actions: a ledger that cannot be written must not fail the tick.
+            log.exception("ledger not written; its amounts wait for the next tick")
 
     def _decide(
         self, now: datetime, analysis: AnalysisResult, workloads: Mapping[str, Workload]
@@ -208,6 +233,39 @@ class StopFlag:
         return self._event.wait(seconds)
 
 
+class Wake:
+    """Lets another thread (the Alertmanager receiver) start the next tick at once."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._reasons: list[str] = []
+
+    def set(self, reason: str = "") -> None:
+        with self._lock:
+            self._reasons = [*self._reasons[-99:], reason]
+        self._event.set()
+
+    def take(self) -> list[str]:
+        """The reasons given since the last call; clears the wake-up."""
+        with self._lock:
+            reasons, self._reasons = self._reasons, []
+            self._event.clear()
+        return reasons
+
+    def wait(self, seconds: float, stop: StopFlag) -> bool:
+        """Until woken (True), stopped or ``seconds`` passed. Polls ``stop``: a signal
+        handler sets it without waking this event."""
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self._event.wait(min(left, 0.2)):
+                return True
+        return False
+
+
 def run_forever(
     steward: Steward,
     interval_s: float,
@@ -215,11 +273,19 @@ def run_forever(
     *,
     max_ticks: int | None = None,
     real_sleep: bool = True,
+    wake: Wake | None = None,
+    on_tick: Callable[[Steward, TickReport, float], None] | None = None,
 ) -> int:
-    """Tick every ``interval_s`` until ``stop`` is set; returns the number of ticks run."""
+    """Tick every ``interval_s`` until ``stop`` is set; returns the number of ticks run.
+
+    ``wake`` starts the next tick early; ``on_tick(steward, report, seconds)`` runs after
+    each tick on this thread (metrics)."""
     ticks = 0
     while not stop.is_set() and (max_ticks is None or ticks < max_ticks):
         started = steward.clock.monotonic()
+        reasons = wake.take() if wake is not None else []
+        if reasons:
+            log.info("tick now: %s", "; ".join(r for r in reasons if r)[:500])
         try:
             report = steward.tick()
             log.info(
@@ -230,13 +296,17 @@ def run_forever(
                 len(report.actions),
                 " (paused)" if report.paused else "",
             )
+            if on_tick is not None:
+                on_tick(steward, report, steward.clock.monotonic() - started)
         except Exception:
             # A tick that fails as a whole (the database is down, say) is retried next interval.
             log.exception("tick failed")
         ticks += 1
         remaining = interval_s - (steward.clock.monotonic() - started)
         if remaining > 0 and (max_ticks is None or ticks < max_ticks):
-            if real_sleep:
+            if real_sleep and wake is not None:
+                wake.wait(remaining, stop)
+            elif real_sleep:
                 stop.wait(remaining)
             else:
                 steward.clock.sleep(remaining)

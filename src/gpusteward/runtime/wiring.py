@@ -16,6 +16,10 @@ from gpusteward.execution.base import ActionRunner
 from gpusteward.notify import LogNotifier
 from gpusteward.runtime.config import Settings
 from gpusteward.runtime.loop import Steward
+from gpusteward.runtime.nvml_wiring import nvml_adapters
+from gpusteward.runtime.prometheus_wiring import prometheus_adapters
+from gpusteward.runtime.replay import replay_adapters
+from gpusteward.runtime.slurm import slurm_adapters
 from gpusteward.sim import SimCluster, SimExecutor, SimSource
 from gpusteward.store.db import StateStore
 from gpusteward.store.window import WindowStore
@@ -61,6 +65,10 @@ def _sim(settings: Settings, clock: Clock) -> Adapters:
 
 #: Source name → factory. Later issues add nvml, prometheus, slurm, kubernetes, replay.
 SOURCES: dict[str, Callable[[Settings, Clock], Adapters]] = {"sim": _sim}
+SOURCES["prometheus"] = prometheus_adapters
+SOURCES["nvml"] = nvml_adapters
+SOURCES["slurm"] = slurm_adapters
+SOURCES["replay"] = replay_adapters
 
 
 def load_rules(settings: Settings) -> list[CompiledRule]:

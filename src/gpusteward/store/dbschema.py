@@ -195,6 +195,47 @@ workloads_t = Table(
     _at("first_seen_at", nullable=False),
     _at("last_seen_at", nullable=False, index=True),
 )
+# The waste and savings ledger (store.ledger): money per day, owner and team; usage per workload.
+ledger_daily_t = Table(
+    "ledger_daily",
+    md,
+    _pk(),
+    Column("day", String(10), nullable=False, index=True),  # YYYY-MM-DD, UTC
+    _text("currency", 8),
+    _text("user_name", 255),
+    _text("team", 255),
+    _text("kind", 64),
+    Column("waste_gpu_hours", Float, nullable=False, default=0.0),
+    Column("waste_cost", Float, nullable=False, default=0.0),
+    Column("waste_kwh", Float, nullable=False, default=0.0),
+    Column("saved_gpu_hours", Float, nullable=False, default=0.0),
+    Column("saved_cost", Float, nullable=False, default=0.0),
+    Column("stops", Integer, nullable=False, default=0),
+    UniqueConstraint("day", "currency", "user_name", "team", "kind", name="uq_ledger_daily"),
+)
+ledger_usage_t = Table(
+    "ledger_usage",
+    md,
+    _pk(),
+    Column("day", String(10), nullable=False, index=True),
+    _id("workload_id", nullable=False),
+    _text("user_name", 255),
+    _text("team", 255),
+    Column("gpus_requested", Integer, nullable=False, default=0),
+    Column("gpus_held", Integer, nullable=False, default=0),
+    Column("held_gpu_hours", Float, nullable=False, default=0.0),
+    Column("busy_gpu_hours", Float, nullable=False, default=0.0),
+    # The most GPUs an advice rule (over-provisioned) found idle that day.
+    Column("advise_idle_gpus", Integer, nullable=False, default=0),
+    UniqueConstraint("day", "workload_id", name="uq_ledger_usage"),
+)
+ledger_marks_t = Table(
+    "ledger_marks",
+    md,
+    Column("key", String(512), primary_key=True),
+    _at("until", nullable=False),
+    _json("data"),
+)
 
 
 @dataclass(frozen=True, slots=True)

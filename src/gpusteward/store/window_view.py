@@ -44,6 +44,8 @@ _FAMILY = {
     "below_for_s": "scan",
     "slope": "slope",
 }
+#: Below this many GPUs the aggregates are computed on the calling thread.
+_THREADS_FROM_GPUS = 20_000
 _FAMILY_COST = {"count": 3, "scan": 2, "slope": 2, "fmin": 1, "fmax": 1}
 
 
@@ -258,7 +260,8 @@ class WindowView:
 
         # Heaviest first, so the last thread to finish is not one that started late.
         ordered = [fns for key, fns in sorted(groups.items(), key=lambda kv: -_FAMILY_COST[kv[0][0]])]
-        if workers < 2 or len(ordered) < 2:
+        # Starting threads costs more than it saves on small clusters.
+        if workers < 2 or len(ordered) < 2 or self.n_gpus < _THREADS_FROM_GPUS:
             for fns in ordered:
                 run(fns)
             return
