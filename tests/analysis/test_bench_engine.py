@@ -2,29 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "engine.py"
 
-
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_engine", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_bench_runs_and_both_methods_agree(capsys: pytest.CaptureFixture[str]) -> None:
-    bench = load_bench()
+def test_bench_runs_and_both_methods_agree(load_bench, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load_bench("engine")
     out = bench.main(["--gpus", "200", "--repeats", "1", "--baseline-gpus", "200", "--json"])
     printed = json.loads(capsys.readouterr().out)
     assert printed == out
@@ -36,8 +20,8 @@ def test_bench_runs_and_both_methods_agree(capsys: pytest.CaptureFixture[str]) -
     assert printed["agree"] is True
 
 
-def test_bench_scales_the_baseline_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
-    out = load_bench().main(["--gpus", "300", "--repeats", "1", "--baseline-gpus", "50"])
+def test_bench_scales_the_baseline_when_asked(load_bench, capsys: pytest.CaptureFixture[str]) -> None:
+    out = load_bench("engine").main(["--gpus", "300", "--repeats", "1", "--baseline-gpus", "50"])
     assert "scaled linearly" in capsys.readouterr().out
     assert out["baseline_scaled"] is True
     assert out["agree"] is True

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "backtest.py"
 
-
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_backtest", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_bench_runs_and_reports_both_passes(capsys: pytest.CaptureFixture[str]) -> None:
-    out = load_bench().main(["--gpus", "16", "--days", "0.25", "--interval", "300", "--json"])
+def test_bench_runs_and_reports_both_passes(load_bench, capsys: pytest.CaptureFixture[str]) -> None:
+    out = load_bench("backtest").main(["--gpus", "16", "--days", "0.25", "--interval", "300", "--json"])
     printed = json.loads(capsys.readouterr().out)
     assert printed == out
     (size,) = printed["sizes"]
@@ -36,8 +20,8 @@ def test_bench_runs_and_reports_both_passes(capsys: pytest.CaptureFixture[str]) 
         assert key in size
 
 
-def test_synthetic_trace_is_well_formed() -> None:
-    trace = load_bench().synthetic_trace(24, 1.0, 300, seed=3)
+def test_synthetic_trace_is_well_formed(load_bench) -> None:
+    trace = load_bench("backtest").synthetic_trace(24, 1.0, 300, seed=3)
     assert len(trace.gpus) == 24
     assert len(trace) == 24 * 288
     assert trace.interval_s == 300

@@ -2,43 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError
 
 from gpusteward.domain.models import ActionStatus, Decision, Level, Owner, Workload, WorkloadKind
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import DailyAmounts, DailyKey, LedgerStore, Mark, UsageAmounts, UsageKey, day_key
 
 T0 = datetime(2025, 3, 4, 10, 0, tzinfo=UTC)
-PG_SERVER = os.environ.get("GPUSTEWARD_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A throwaway schema on the machine's PostgreSQL; a skip without one, a failure under CI=true."""
-    if not os.environ.get("CI"):
-        pytest.importorskip("psycopg", reason="PostgreSQL driver psycopg is not installed")
-    admin = create_engine(PG_SERVER, isolation_level="AUTOCOMMIT")
-    schema = f"l_{uuid.uuid4().hex[:12]}"
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f"CREATE SCHEMA {schema}"))
-    except OperationalError as e:
-        admin.dispose()
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"no PostgreSQL server at {PG_SERVER}: {e.orig}")
-    yield f"{PG_SERVER}?options=-csearch_path%3D{schema}"
-    with admin.connect() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

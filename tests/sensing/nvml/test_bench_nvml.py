@@ -2,29 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "nvml.py"
 
-
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_nvml", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_bench_runs_and_reports_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
-    out = load_bench().main(["--gpus", "2", "--procs", "3", "--repeats", "2", "--ticks", "3", "--json"])
+def test_bench_runs_and_reports_every_figure(load_bench, capsys: pytest.CaptureFixture[str]) -> None:
+    out = load_bench("nvml").main(["--gpus", "2", "--procs", "3", "--repeats", "2", "--ticks", "3", "--json"])
     printed = json.loads(capsys.readouterr().out)
     assert printed == out
     assert (out["gpus"], out["procs_per_gpu"], out["agent_ticks"]) == (2, 3, 3)

@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "slurm.py"
 
 
-def test_bench_runs_and_the_join_is_right(capsys):
-    spec = importlib.util.spec_from_file_location("bench_slurm", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    out = module.main(["--jobs", "40", "--repeats", "1", "--json"])
+def test_bench_runs_and_the_join_is_right(load_bench, capsys):
+    out = load_bench("slurm").main(["--jobs", "40", "--repeats", "1", "--json"])
     assert json.loads(capsys.readouterr().out) == out
     assert out["jobs"] == 40
     assert out["running_jobs"] == 36  # every tenth job is pending
