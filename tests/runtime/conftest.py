@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from gpusteward.notify import MemoryNotifier
+from gpusteward.runtime.adapters import Adapters
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.loop import Steward, TickReport
-from gpusteward.runtime.wiring import Adapters, build_steward
+from gpusteward.runtime.wiring import build_steward
 from gpusteward.sim import DEFAULT_START, SimClock
 
 MakeSteward = Callable[..., tuple[Steward, Adapters, SimClock, MemoryNotifier]]

@@ -29,9 +29,10 @@ from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import Action, Notice, RuleAction, Workload, utc
 from gpusteward.domain.ports import SystemClock
 from gpusteward.domain.yamlload import load_yaml
+from gpusteward.runtime.adapters import Adapters
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.ledger import LedgerRecorder
-from gpusteward.runtime.wiring import Adapters, build_adapters, build_steward
+from gpusteward.runtime.wiring import build_adapters, build_steward
 from gpusteward.sensing.replay import BUSY_PCT, ReplayExecutor, ReplaySource, Stop, Trace
 from gpusteward.sensing.replay.observed import trace_from_observations
 from gpusteward.sim import SimClock

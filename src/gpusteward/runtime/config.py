@@ -47,7 +47,10 @@ class SimSourceSettings(_Section):
 
 
 class SourceSettings(_Section):
-    name: str = Field("sim", description="Which source senses the cluster: sim (built-in simulator).")
+    name: str = Field(
+        "sim",
+        description="Which source senses the cluster: sim (built in), nvml, prometheus, slurm, replay.",
+    )
     sim: SimSourceSettings = Field(default_factory=SimSourceSettings)
     prometheus: PrometheusSourceSettings = Field(default_factory=PrometheusSourceSettings)
     slurm: SlurmSourceSettings = Field(default_factory=SlurmSourceSettings)

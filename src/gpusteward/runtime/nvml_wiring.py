@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpusteward.domain.models import Observation
 from gpusteward.domain.ports import Clock
 from gpusteward.execution.process import ProcessExecutor
+from gpusteward.runtime.adapters import Adapters, no_history
 from gpusteward.sensing.exporter import NodeCollector
 from gpusteward.sensing.nvml.choke import Nvml
 from gpusteward.sensing.nvml.sampler import NvmlSampler
@@ -14,15 +14,7 @@ from gpusteward.sensing.nvml.source import NvmlSource, node_name
 from gpusteward.sensing.procfs import ProcReader
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from gpusteward.runtime.config import Settings
-    from gpusteward.runtime.wiring import Adapters
-
-
-def _no_history(start: datetime, end: datetime, step_s: float) -> list[Observation]:
-    """NVML keeps no history: the window fills from the first tick on."""
-    return []
 
 
 def nvml_adapters(settings: Settings, clock: Clock, *, lib: Any | None = None) -> Adapters:
@@ -30,7 +22,6 @@ def nvml_adapters(settings: Settings, clock: Clock, *, lib: Any | None = None) -
 
     Raises ``SourceUnavailable`` (one line, suggesting ``sim`` or ``prometheus``) without a driver.
     """
-    from gpusteward.runtime.wiring import Adapters  # wiring imports this module
 
     cfg = settings.source.nvml
     procs = ProcReader(cfg.proc_root)
@@ -48,7 +39,7 @@ def nvml_adapters(settings: Settings, clock: Clock, *, lib: Any | None = None) -
         default_signal=cfg.checkpoint_signal,
         clock=clock,
     )
-    return Adapters(source=source, executors=[executor], history=_no_history)
+    return Adapters(source=source, executors=[executor], history=no_history)
 
 
 def nvml_exporter(settings: Settings, *, lib: Any | None = None) -> NodeCollector:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.ports import Clock
+from gpusteward.runtime.adapters import Adapters
 from gpusteward.sensing.prometheus.client import ClientOptions, PrometheusClient
 from gpusteward.sensing.prometheus.parse import DEFAULT_SPECS, LabelMap, MetricSpec
 from gpusteward.sensing.prometheus.settings import PrometheusSourceSettings
@@ -13,7 +14,6 @@ from gpusteward.sensing.prometheus.source import PrometheusSource
 
 if TYPE_CHECKING:
     from gpusteward.runtime.config import Settings
-    from gpusteward.runtime.wiring import Adapters
 
 
 def client_options(cfg: PrometheusSourceSettings) -> ClientOptions:
@@ -54,7 +54,6 @@ def build_source(settings: Settings) -> PrometheusSource:
 
 def prometheus_adapters(settings: Settings, clock: Clock) -> Adapters:
     """Observe only: executors come from the sources that own the workloads (Slurm, Kubernetes)."""
-    from gpusteward.runtime.wiring import Adapters  # wiring imports this module
 
     source = build_source(settings)
     return Adapters(source=source, executors=[], history=source.history)

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.ports import Clock
+from gpusteward.runtime.adapters import Adapters
 from gpusteward.sensing.replay import ReplayExecutor, ReplaySource, Trace, load_trace
 
 if TYPE_CHECKING:
     from gpusteward.runtime.config import Settings
-    from gpusteward.runtime.wiring import Adapters
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,6 @@ def load_configured_trace(settings: Settings) -> Trace:
 def replay_adapters(settings: Settings, clock: Clock) -> Adapters:
     """With ``align: now`` the trace is shifted so that its first window fills the agent's window
     at start-up; with ``align: trace`` the clock must run on the trace's own times."""
-    from gpusteward.runtime.wiring import Adapters  # wiring imports this module
 
     trace = load_configured_trace(settings)
     if settings.tick_seconds < trace.interval_s:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpusteward.domain.errors import ConfigError, SourceError
 from gpusteward.domain.models import Finding, Observation, Workload
 from gpusteward.domain.ports import Clock, Source, SystemClock
 from gpusteward.execution.slurm import SlurmExecutor
+from gpusteward.runtime.adapters import Adapters, no_history
 from gpusteward.runtime.config import Settings
 from gpusteward.sensing.slurm import (
     ContactResolver,
@@ -27,9 +27,6 @@ from gpusteward.sensing.slurm import (
     typical_runtimes,
 )
 from gpusteward.sensing.slurm.source import PROTECT_REASON_KEY
-
-if TYPE_CHECKING:
-    from gpusteward.runtime.wiring import Adapters
 
 
 @dataclass
@@ -103,17 +100,11 @@ def build_slurm(
     return SlurmParts(runner, client, source, executor)
 
 
-def _no_history(start: datetime, end: datetime, step_s: float) -> list[Observation]:
-    # Past jobs cannot be joined to past samples reliably: the window fills from the first tick.
-    return []
-
-
 def slurm_adapters(settings: Settings, clock: Clock) -> Adapters:
     """The ``SOURCES["slurm"]`` factory."""
-    from gpusteward.runtime.wiring import Adapters
 
     parts = build_slurm(settings, clock)
-    return Adapters(source=parts.source, executors=[parts.executor], history=_no_history)
+    return Adapters(source=parts.source, executors=[parts.executor], history=no_history)
 
 
 class _NoMetrics:

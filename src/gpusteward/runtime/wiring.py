@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from gpusteward.analysis.rules import CompiledRule, RulePack, compile_rules, default_rule_pack, load_rule_pack
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import Observation
-from gpusteward.domain.ports import Clock, Executor, Notifier, Source, SystemClock
+from gpusteward.domain.ports import Clock, Notifier, SystemClock
 from gpusteward.execution.base import ActionRunner
 from gpusteward.notify import LogNotifier
+from gpusteward.runtime.adapters import Adapters
 from gpusteward.runtime.config import Settings
 from gpusteward.runtime.loop import Steward
 from gpusteward.runtime.nvml_wiring import nvml_adapters
@@ -25,17 +25,6 @@ from gpusteward.store.db import StateStore
 from gpusteward.store.window import WindowStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Adapters:
-    """What a source name brings: the source, the executors that act on what it sees, a history."""
-
-    source: Source
-    executors: Sequence[Executor]
-    #: Observations before ``now`` that fill the window at start-up (may be empty).
-    history: Callable[[datetime, datetime, float], list[Observation]]
-    cluster: SimCluster | None = None
 
 
 def _sim(settings: Settings, clock: Clock) -> Adapters:
@@ -63,12 +52,14 @@ def _sim(settings: Settings, clock: Clock) -> Adapters:
     return Adapters(source=source, executors=[SimExecutor(cluster)], history=history, cluster=cluster)
 
 
-#: Source name → factory. Later issues add nvml, prometheus, slurm, kubernetes, replay.
-SOURCES: dict[str, Callable[[Settings, Clock], Adapters]] = {"sim": _sim}
-SOURCES["prometheus"] = prometheus_adapters
-SOURCES["nvml"] = nvml_adapters
-SOURCES["slurm"] = slurm_adapters
-SOURCES["replay"] = replay_adapters
+#: Source name → factory of its adapters.
+SOURCES: dict[str, Callable[[Settings, Clock], Adapters]] = {
+    "sim": _sim,
+    "nvml": nvml_adapters,
+    "prometheus": prometheus_adapters,
+    "slurm": slurm_adapters,
+    "replay": replay_adapters,
+}
 
 
 def load_rules(settings: Settings) -> list[CompiledRule]:

@@ -22,8 +22,9 @@ from gpusteward.domain.models import (
     WorkloadKind,
 )
 from gpusteward.notify import MemoryNotifier
+from gpusteward.runtime.adapters import Adapters
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.wiring import Adapters, build_steward
+from gpusteward.runtime.wiring import build_steward
 from gpusteward.sensing.slurm import JobView, SlurmJob, SlurmSource, parse_jobs_json
 from gpusteward.sim import SimClock
 
