@@ -8,7 +8,7 @@ import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,10 +17,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from gpusteward.analysis.rules import compile_rules, load_rule_pack
 from gpusteward.cli import views
 from gpusteward.cli.backtest import backtest as backtest_command
+from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.cli.exporter import exporter as exporter_command
 from gpusteward.cli.report import report as report_command
 from gpusteward.cli.slurm import slurm_app
-from gpusteward.domain.errors import ConfigError, StewardError
 from gpusteward.runtime import demo as demo_mod
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.loop import StopFlag
@@ -47,7 +47,6 @@ app.command("backtest")(backtest_command)
 app.command("report")(report_command)
 
 out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
 
 ConfigOpt = Annotated[
     Path | None,
@@ -59,22 +58,6 @@ SourceOpt = Annotated[
     str | None, typer.Option("--source", "-s", help="Override the configured source (e.g. sim).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for scripts instead of tables.")]
-
-
-def _fail(message: str, code: int = 2) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(code)
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Config errors exit 2 with file:line: problem; other steward errors exit 1."""
-    try:
-        yield
-    except ConfigError as e:
-        _fail(str(e), 2)
-    except StewardError as e:
-        _fail(str(e), 1)
 
 
 def _settings(config: Path | None, **overrides: Any) -> Settings:
@@ -106,7 +89,7 @@ def demo(
     the GPU-hours and money reclaimed, and `false actions` (stops of workloads the simulator
     knows were productive, which must be 0).
     """
-    with _errors():
+    with exit_on_errors():
         total = max(1, int(hours * 3600 / tick_seconds))
         with _progress(disable=json_out) as advance:
             result = demo_mod.run_demo(
@@ -169,7 +152,7 @@ def run(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    with _errors():
+    with exit_on_errors():
         settings = _settings(config, **({"mode": "enforce"} if enforce else {}))
         steward, _ = build_steward(settings, source_name=source)
         stop = StopFlag()
@@ -187,7 +170,7 @@ def run(
 @app.command()
 def scan(config: ConfigOpt = None, source: SourceOpt = None, json_out: JsonOpt = False) -> None:
     """Run one tick and show the findings and what would be done (always dry-run)."""
-    with _errors():
+    with exit_on_errors():
         settings = _settings(config, mode="dry-run")
         steward, _ = build_steward(settings, source_name=source)
         report = steward.tick()
@@ -204,16 +187,16 @@ def explain(
     json_out: JsonOpt = False,
 ) -> None:
     """Show the evidence and the decision history of one workload."""
-    with _errors():
+    with exit_on_errors():
         store = _store(_settings(config))
         matches = [w.id for w in store.find_workloads(workload)]
         exact = [m for m in matches if m == workload]
         if exact:
             matches = exact
         if not matches:
-            _fail(f"no workload matches {workload!r} in {store.url}", 1)
+            fail(f"no workload matches {workload!r} in {store.url}", 1)
         if len(matches) > 1:
-            _fail(f"{workload!r} matches {len(matches)} workloads: {', '.join(matches[:10])}", 1)
+            fail(f"{workload!r} matches {len(matches)} workloads: {', '.join(matches[:10])}", 1)
         history = views.workload_history(store, matches[0])
     if json_out:
         _print_json(history)
@@ -229,7 +212,7 @@ def audit(
     json_out: JsonOpt = False,
 ) -> None:
     """List recent actions: when, which workload, which step, and how it ended."""
-    with _errors():
+    with exit_on_errors():
         store = _store(_settings(config))
         actions = store.actions(limit=limit, workload_id=workload)
     if json_out:
@@ -259,7 +242,7 @@ def resume(
 
 
 def _set_paused(config: Path | None, paused: bool, reason: str, by: str) -> None:
-    with _errors():
+    with exit_on_errors():
         settings = _settings(config)
         store = _store(settings)
         store.set_paused(paused, by=by, reason=reason, at=views.utcnow())
@@ -269,7 +252,7 @@ def _set_paused(config: Path | None, paused: bool, reason: str, by: str) -> None
 @rules_app.command("check")
 def rules_check(file: Annotated[Path, typer.Argument(help="Rule pack (YAML) to validate.")]) -> None:
     """Validate and compile a rule pack; exit 2 naming the file, line and problem when it is wrong."""
-    with _errors():
+    with exit_on_errors():
         pack = load_rule_pack(file)
         compiled = compile_rules(pack)
     out.print(f"{file}: {len(compiled)} rule(s) OK: {', '.join(r.name for r in pack.rules)}", highlight=False)
@@ -278,7 +261,7 @@ def rules_check(file: Annotated[Path, typer.Argument(help="Rule pack (YAML) to v
 @rules_app.command("show")
 def rules_show(config: ConfigOpt = None) -> None:
     """List the rules in force (default pack plus configured files)."""
-    with _errors():
+    with exit_on_errors():
         rules = load_rules(_settings(config))
     views.print_rules(out, rules)
 

@@ -1,4 +1,4 @@
-"""Exit codes for the commands in their own modules: config errors 2 (file:line: problem), others 1."""
+"""How every command ends on an error: config errors exit 2 (file:line: problem), others 1."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 @contextmanager
 def exit_on_errors() -> Iterator[None]:
+    """Turn gpusteward's own errors into a red line on stderr and the exit code."""
     try:
         yield
     except ConfigError as e:

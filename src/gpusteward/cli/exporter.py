@@ -8,15 +8,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from gpusteward.domain.errors import ConfigError, StewardError
+from gpusteward.cli.exits import err, exit_on_errors
 from gpusteward.runtime.config import load_settings
 from gpusteward.runtime.loop import StopFlag
 from gpusteward.runtime.nvml_wiring import nvml_exporter
 from gpusteward.sensing.exporter import serve
-
-err = Console(stderr=True, soft_wrap=True)
 
 
 def exporter(
@@ -44,14 +41,8 @@ def exporter(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    try:
+    with exit_on_errors():
         collector = nvml_exporter(load_settings(config))
-    except ConfigError as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
-        raise typer.Exit(2) from e
-    except StewardError as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
-        raise typer.Exit(1) from e
     server, _ = serve(collector, port, address)
     stop = StopFlag()
     signal.signal(signal.SIGTERM, stop.set)

@@ -4,36 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpusteward.domain.errors import ConfigError, StewardError
+from gpusteward.cli.exits import err, exit_on_errors
 from gpusteward.runtime.config import load_settings
 from gpusteward.runtime.slurm import slurm_advice, slurm_jobs
 
 slurm_app = typer.Typer(help="Look at a Slurm cluster the way the slurm source does.", no_args_is_help=True)
 
 out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Config file (YAML); source.slurm is read.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
-
-
-def _run(fn: Any, *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except ConfigError as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
-        raise typer.Exit(2) from e
-    except StewardError as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
-        raise typer.Exit(1) from e
 
 
 def _problems(problems: list[str]) -> None:
@@ -44,8 +32,8 @@ def _problems(problems: list[str]) -> None:
 @slurm_app.command("jobs")
 def jobs(config: ConfigOpt = None, json_out: JsonOpt = False) -> None:
     """Running GPU jobs: owner and contact, partition, GPUs by node and index, protection."""
-    settings = _run(load_settings, config)
-    rows, problems = _run(slurm_jobs, settings)
+    with exit_on_errors():
+        rows, problems = slurm_jobs(load_settings(config))
     if json_out:
         data = [
             {
@@ -85,8 +73,8 @@ def advice(config: ConfigOpt = None, json_out: JsonOpt = False) -> None:
     """Running jobs whose time limit is far above their owner's usual runtime (from sacct)."""
     from datetime import UTC, datetime
 
-    settings = _run(load_settings, config)
-    findings, problems = _run(slurm_advice, settings, datetime.now(tz=UTC))
+    with exit_on_errors():
+        findings, problems = slurm_advice(load_settings(config), datetime.now(tz=UTC))
     if json_out:
         data = [{"workload": f.workload_id, "rule": f.rule, "message": f.message} for f in findings]
         print(json.dumps({"advice": data, "problems": problems}, indent=2))
