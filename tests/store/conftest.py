@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
+
+from gpusteward.store.db import StateStore
 
 #: The machine's PostgreSQL (trust auth); another server through GPUSTEWARD_TEST_PG_URL.
 PG_SERVER = os.environ.get("GPUSTEWARD_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -36,3 +39,17 @@ def pg_url() -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
     admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+    """Every store test runs on SQLite (the default) and on PostgreSQL (for shared installs)."""
+    url = (
+        f"sqlite:///{tmp_path / 'state.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("pg_url")
+    )
+    s = StateStore(url)
+    s.create_schema()
+    yield s
+    s.close()

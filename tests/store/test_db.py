@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -30,15 +29,6 @@ T0 = datetime(2025, 3, 4, 10, 0, tzinfo=UTC)
 
 def url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'state.db'}"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
-    """Every store test runs on SQLite (the default) and on PostgreSQL (for shared installs)."""
-    s = StateStore(url(tmp_path) if request.param == "sqlite" else request.getfixturevalue("pg_url"))
-    s.create_schema()
-    yield s
-    s.close()
 
 
 def decision(

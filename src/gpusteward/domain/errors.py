@@ -7,7 +7,9 @@ StewardError
 │   └── SourceUnavailable  the source cannot work here at all (no driver, no binary)
 ├── ExecutionError         an executor could not carry out an action
 │   └── PreflightFailed    the re-check before acting no longer holds
-└── StoreError             durable state could not be read or written
+├── StoreError             durable state could not be read or written
+└── ControlError           an approval, snooze or token request that cannot be granted
+                           (unknown or finished workload, expired approval, over the limit)
 """
 
 from __future__ import annotations
@@ -52,3 +54,7 @@ class PreflightFailed(ExecutionError):
 
 class StoreError(StewardError):
     """Durable state could not be read or written."""
+
+
+class ControlError(StewardError):
+    """An owner or admin control (approve, reject, snooze, token) that cannot be carried out."""

@@ -193,6 +193,8 @@ class Hold(StrEnum):
     WAITING = "waiting"
     ADVICE_ONLY = "advice-only"
     PARTIAL = "partly-busy"
+    SNOOZED = "snoozed"
+    AWAITING_APPROVAL = "awaiting-approval"
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +224,16 @@ class ActionStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SKIPPED = "skipped"
+
+
+class ApprovalStatus(StrEnum):
+    """An approval request: ``pending`` until decided or expired; ``used`` once its action ran."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    USED = "used"
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,3 +72,36 @@ class Notifier(Protocol):
     """Tells an owner (or admins) something."""
 
     def send(self, notice: Notice) -> None: ...
+
+
+@runtime_checkable
+class Leadership(Protocol):
+    """Whether this replica may act. Two replicas may run; only the leader decides and acts,
+    the other keeps its window warm and takes over (from the database's ladders) when the
+    leader goes away. Implementations: a PostgreSQL advisory lock, a Kubernetes Lease."""
+
+    name: str
+
+    def acquire(self) -> bool:
+        """Take or renew leadership without blocking; True while this replica leads."""
+        ...
+
+    def release(self) -> None:
+        """Give leadership up (on shutdown), so the other replica takes over at once."""
+        ...
+
+
+@runtime_checkable
+class PoolScaler(Protocol):
+    """Sets how many replicas a scalable pool runs (an inference Deployment, a node group):
+    what tidal scaling acts through."""
+
+    name: str
+
+    def replicas(self, pool: str) -> int | None:
+        """The pool's desired replicas now, or None when this scaler does not know the pool."""
+        ...
+
+    def scale(self, pool: str, replicas: int, reason: str) -> Outcome:
+        """Set the pool's replicas. Raise ``ExecutionError`` on failure; safe to call again."""
+        ...

@@ -88,6 +88,35 @@ class BudgetSettings(_Strict):
     )
 
 
+class ApprovalSettings(_Strict):
+    """Steps that wait for a person: an admin or operator approves or rejects each one."""
+
+    min_level: Level | None = Field(
+        Level.FORCE,
+        description="Decisions at this level or above wait in the approval queue (L3 and L4 by "
+        "default; L2 to approve graceful stops too; off: nothing waits).",
+    )
+    expire_hours: float = Field(
+        2.0, gt=0, description="Hours a request may wait; an expired approval never executes."
+    )
+
+    @field_validator("min_level", mode="before")
+    @classmethod
+    def _parse_level(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("off", "none", "never"):
+            return None
+        return _level(value)
+
+    def needs_approval(self, level: Level) -> bool:
+        return self.min_level is not None and level >= self.min_level
+
+
+class SnoozeSettings(_Strict):
+    """Owners may put their workload aside for a while, within limits set by admins."""
+
+    max_hours: float = Field(24.0, gt=0, description="Longest snooze an owner may ask for.")
+
+
 def _level(value: Any) -> Any:
     """Accept ``2``, ``"L2"``, ``"graceful_stop"`` and ``"graceful-stop"`` for a level."""
     if isinstance(value, str):
@@ -113,6 +142,10 @@ class PolicySettings(_Strict):
         default_factory=ReserveSettings, description="Idle GPUs deliberately kept."
     )
     budget: BudgetSettings = Field(default_factory=BudgetSettings, description="Blast-radius limits.")
+    approval: ApprovalSettings = Field(
+        default_factory=ApprovalSettings, description="Which steps wait for a person's approval."
+    )
+    snooze: SnoozeSettings = Field(default_factory=SnoozeSettings, description="Owner snooze limits.")
     max_level: Level = Field(
         Level.FORCE,
         description="Highest intervention level policy may choose (0-4, L0-L4 or a level name); "

@@ -81,6 +81,23 @@ class AnalysisSettings(_Section):
     )
 
 
+class HaSettings(_Section):
+    """Two replicas may run; only the leader decides and acts."""
+
+    leader_election: Literal["none", "postgres", "kubernetes-lease"] = Field(
+        "none",
+        description="none: this replica always acts (run one). postgres: a PostgreSQL advisory lock "
+        "on the state database. kubernetes-lease: a coordination.k8s.io Lease (in-cluster).",
+    )
+    lease_name: str = Field("gpusteward-leader", description="Name of the Lease (kubernetes-lease).")
+    lease_namespace: str = Field(
+        "", description="Namespace of the Lease; empty: the pod's own namespace (kubernetes-lease)."
+    )
+    lease_seconds: float = Field(
+        15, gt=0, description="How long leadership lasts without renewal before the other replica takes it."
+    )
+
+
 class Settings(BaseSettings):
     """Everything gpusteward reads from its config file."""
 
@@ -102,6 +119,7 @@ class Settings(BaseSettings):
     policy: PolicySettings = Field(default_factory=PolicySettings)
     cost: PriceTable = Field(default_factory=PriceTable)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    ha: HaSettings = Field(default_factory=HaSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -8,7 +8,7 @@ short transaction, batched per tick; SQLAlchemy errors become ``StoreError`` wit
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -28,6 +28,7 @@ from gpusteward.domain.models import (
     Notice,
     Workload,
 )
+from gpusteward.store.controls import ApprovalRecord, OwnerControls, SnoozeRecord
 from gpusteward.store.dbschema import (
     AuditRecord,
     FindingEpisode,
@@ -57,7 +58,16 @@ from gpusteward.store.dbschema import (
     workloads_t,
 )
 
-__all__ = ["AuditRecord", "FindingEpisode", "NoticeRecord", "PauseState", "StateStore", "WorkloadRecord"]
+__all__ = [
+    "ApprovalRecord",
+    "AuditRecord",
+    "FindingEpisode",
+    "NoticeRecord",
+    "PauseState",
+    "SnoozeRecord",
+    "StateStore",
+    "WorkloadRecord",
+]
 
 T = TypeVar("T")
 _CHUNK = 500  # keeps IN lists well under every backend's bound-parameter limit
@@ -88,8 +98,10 @@ def _backoff(attempts: int) -> timedelta:
     return timedelta(minutes=min(30, 2 ** max(0, attempts - 1)))
 
 
-class StateStore:
-    """gpusteward's durable state. One instance per process; safe to reopen on the same database."""
+class StateStore(OwnerControls):
+    """gpusteward's durable state. One instance per process; safe to reopen on the same database.
+
+    Approvals and snoozes come from ``store.controls.OwnerControls``."""
 
     def __init__(self, url: str = "sqlite:///gpusteward.db") -> None:
         self._snapshots: dict[str, dict[str, Any]] = {}  # workload id → snapshot last written
@@ -114,6 +126,11 @@ class StateStore:
                 yield conn
         except SQLAlchemyError as e:
             raise StoreError(f"{what}: {_short(e)}") from e
+
+    def transaction(self, what: str) -> AbstractContextManager[Connection]:
+        """One transaction on the store's engine, for store modules beside this one (web access).
+        ``what`` names it in the ``StoreError`` raised on failure."""
+        return self._tx(what)
 
     @property
     def url(self) -> str:
@@ -146,7 +163,7 @@ class StateStore:
             if done.rowcount == 0:
                 conn.execute(insert(settings_t).values(key="paused", value=value))
             event_ = "paused" if paused else "resumed"
-            conn.execute(insert(audit_t).values(at=at, event=event_, payload={"by": by, "reason": reason}))
+            self._audit_in(conn, event_, at, None, {"by": by, "reason": reason})
 
     # -- ladders ------------------------------------------------------------------------------
     def load_ladders(self, dry_run: bool) -> dict[str, LadderState]:
@@ -386,9 +403,15 @@ class StateStore:
 
     # -- audit log: append-only, there is no update or delete ----------------------------------
     def audit(self, event: str, at: datetime, workload_id: str | None = None, **payload: Any) -> None:
-        values = {"at": at, "event": event, "workload_id": workload_id, "payload": jsonable(payload)}
         with self._tx("append audit record") as conn:
-            conn.execute(insert(audit_t).values(values))
+            self._audit_in(conn, event, at, workload_id, payload)
+
+    def _audit_in(
+        self, conn: Connection, event: str, at: datetime, workload_id: str | None, payload: dict[str, Any]
+    ) -> None:
+        """Append one audit record inside the caller's transaction: every audit write goes here."""
+        values = {"at": at, "event": event, "workload_id": workload_id, "payload": jsonable(payload)}
+        conn.execute(insert(audit_t).values(values))
 
     def audit_log(self, limit: int = 100, workload_id: str | None = None) -> list[AuditRecord]:
         """The last ``limit`` audit records (of one workload), oldest first."""

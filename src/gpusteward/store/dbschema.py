@@ -237,6 +237,60 @@ ledger_marks_t = Table(
     _json("data"),
 )
 
+# Owner and admin controls (store.controls): approvals of high-level actions, snoozes.
+approvals_t = Table(
+    "approvals",
+    md,
+    _pk(),
+    _text("idempotency_key", 512),
+    Column("dry_run", Boolean, nullable=False),
+    _id("workload_id", nullable=False, index=True),
+    _int("level"),
+    _text("step", 32),
+    _text("rule", 255),
+    _text("reason"),
+    _json("gpu_uuids"),
+    # pending → approved → used | rejected | expired
+    _text("status", 16),
+    _at("requested_at", nullable=False),
+    _at("expires_at", nullable=False),
+    _text("decided_by", 255),
+    _at("decided_at"),
+    _text("decision_reason"),
+    UniqueConstraint("dry_run", "idempotency_key", name="uq_approvals_key"),
+)
+snoozes_t = Table(
+    "snoozes",
+    md,
+    _pk(),
+    _id("workload_id", nullable=False, index=True),
+    _at("created_at", nullable=False),
+    _at("until", nullable=False),
+    _text("by", 255),
+    _text("reason"),
+    # Set when a snooze is lifted early or replaced by a newer one.
+    _at("ended_at"),
+)
+# Web access (issue 8): API tokens stored hashed, and single-use signed links already used.
+api_tokens_t = Table(
+    "api_tokens",
+    md,
+    _pk(),
+    Column("name", String(255), nullable=False, unique=True),
+    _text("role", 16),
+    Column("token_hash", String(128), nullable=False, unique=True),
+    _at("created_at", nullable=False),
+    _at("last_used_at"),
+    _at("revoked_at"),
+)
+used_links_t = Table(
+    "used_links",
+    md,
+    Column("nonce", String(128), primary_key=True),
+    _text("purpose", 64),
+    _at("used_at", nullable=False),
+)
+
 
 @dataclass(frozen=True, slots=True)
 class PauseState:

@@ -1,0 +1,339 @@
+"""Owner and admin controls in the state store: approval requests and snoozes.
+
+A mixin of ``StateStore`` (it uses the store's transactions and audit appends), kept apart so
+the store module stays about the loop's own state. Every change is audited in the same
+transaction as the change itself.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.exc import IntegrityError
+
+from gpusteward.domain.errors import ControlError, StoreError
+from gpusteward.domain.models import ApprovalStatus, Decision, Level
+from gpusteward.store.dbschema import approvals_t, snoozes_t
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """One request to carry out a high-level step, and what a person decided about it."""
+
+    id: int
+    idempotency_key: str
+    dry_run: bool
+    workload_id: str
+    level: Level
+    step: str
+    rule: str
+    reason: str
+    gpu_uuids: tuple[str, ...]
+    status: ApprovalStatus
+    requested_at: datetime
+    expires_at: datetime
+    decided_by: str = ""
+    decided_at: datetime | None = None
+    decision_reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat plain data for tables and JSON output (times stay aware ``datetime``s)."""
+        return {
+            "id": self.id,
+            "idempotency_key": self.idempotency_key,
+            "dry_run": self.dry_run,
+            "workload_id": self.workload_id,
+            "level": self.level.label,
+            "step": self.step,
+            "rule": self.rule,
+            "reason": self.reason,
+            "gpu_uuids": list(self.gpu_uuids),
+            "status": self.status.value,
+            "requested_at": self.requested_at,
+            "expires_at": self.expires_at,
+            "decided_by": self.decided_by,
+            "decided_at": self.decided_at,
+            "decision_reason": self.decision_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SnoozeRecord:
+    """A workload left alone (nothing beyond recording) until ``until``."""
+
+    id: int
+    workload_id: str
+    created_at: datetime
+    until: datetime
+    by: str
+    reason: str
+    ended_at: datetime | None = None
+
+    def active(self, at: datetime) -> bool:
+        return self.ended_at is None and self.created_at <= at < self.until
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "workload_id": self.workload_id,
+            "created_at": self.created_at,
+            "until": self.until,
+            "by": self.by,
+            "reason": self.reason,
+            "ended_at": self.ended_at,
+        }
+
+
+def _approval_of(r: Row[Any]) -> ApprovalRecord:
+    return ApprovalRecord(
+        id=r.id,
+        idempotency_key=r.idempotency_key,
+        dry_run=r.dry_run,
+        workload_id=r.workload_id,
+        level=Level(r.level),
+        step=r.step,
+        rule=r.rule,
+        reason=r.reason,
+        gpu_uuids=tuple(r.gpu_uuids),
+        status=ApprovalStatus(r.status),
+        requested_at=r.requested_at,
+        expires_at=r.expires_at,
+        decided_by=r.decided_by,
+        decided_at=r.decided_at,
+        decision_reason=r.decision_reason,
+    )
+
+
+def _snooze_of(r: Row[Any]) -> SnoozeRecord:
+    return SnoozeRecord(r.id, r.workload_id, r.created_at, r.until, r.by, r.reason, r.ended_at)
+
+
+class OwnerControls:
+    """Approvals and snoozes; mixed into ``StateStore``."""
+
+    @abstractmethod
+    def _tx(self, what: str) -> AbstractContextManager[Connection]: ...
+
+    @abstractmethod
+    def _audit_in(
+        self, conn: Connection, event: str, at: datetime, workload_id: str | None, payload: dict[str, Any]
+    ) -> None: ...
+
+    # -- approvals ----------------------------------------------------------------------------
+    def request_approval(
+        self, decision: Decision, *, dry_run: bool, at: datetime, ttl: timedelta
+    ) -> ApprovalRecord:
+        """The approval request for this decision's step: the stored one (whatever its state),
+        or a new ``pending`` one that expires after ``ttl``. One per idempotency key and mode."""
+        if not decision.idempotency_key:
+            raise ValueError(f"decision for {decision.workload_id} has no idempotency key: it does not act")
+        c = approvals_t.c
+        key = (c.dry_run == dry_run, c.idempotency_key == decision.idempotency_key)
+        try:
+            with self._tx("request approval") as conn:
+                row = conn.execute(select(approvals_t).where(*key)).first()
+                if row is not None:
+                    return _approval_of(row)
+                values = {
+                    "idempotency_key": decision.idempotency_key,
+                    "dry_run": dry_run,
+                    "workload_id": decision.workload_id,
+                    "level": int(decision.level),
+                    "step": decision.step,
+                    "rule": decision.rule,
+                    "reason": decision.reason,
+                    "gpu_uuids": list(decision.gpu_uuids),
+                    "status": ApprovalStatus.PENDING.value,
+                    "requested_at": at,
+                    "expires_at": at + ttl,
+                }
+                conn.execute(insert(approvals_t).values(values))
+                row = conn.execute(select(approvals_t).where(*key)).one()
+                self._audit_in(
+                    conn,
+                    "approval.requested",
+                    at,
+                    decision.workload_id,
+                    {"approval_id": row.id, "key": decision.idempotency_key, "step": decision.step},
+                )
+                return _approval_of(row)
+        except StoreError as e:
+            if not isinstance(e.__cause__, IntegrityError):
+                raise
+            # Another replica asked first: its request is ours.
+            with self._tx("read approval") as conn:
+                return _approval_of(conn.execute(select(approvals_t).where(*key)).one())
+
+    def approval(self, approval_id: int) -> ApprovalRecord | None:
+        with self._tx("read approval") as conn:
+            row = conn.execute(select(approvals_t).where(approvals_t.c.id == approval_id)).first()
+        return None if row is None else _approval_of(row)
+
+    def approvals(
+        self, status: ApprovalStatus | None = None, *, dry_run: bool | None = None, limit: int = 100
+    ) -> list[ApprovalRecord]:
+        """The last ``limit`` approval requests (in one state, of one mode), oldest first."""
+        c = approvals_t.c
+        query = select(approvals_t).order_by(c.id.desc()).limit(limit)
+        if status is not None:
+            query = query.where(c.status == status.value)
+        if dry_run is not None:
+            query = query.where(c.dry_run == dry_run)
+        with self._tx("read approvals") as conn:
+            rows = conn.execute(query).all()
+        return [_approval_of(r) for r in reversed(rows)]
+
+    def decide_approval(
+        self, approval_id: int, *, approve: bool, by: str, reason: str, at: datetime
+    ) -> ApprovalRecord:
+        """pending → approved | rejected, by a named person with a reason.
+
+        Raises ``ControlError`` for an unknown, already decided or expired request (an expired
+        one is marked expired on the way)."""
+        if not by.strip():
+            raise ControlError("an approval decision needs the name of who made it")
+        if not approve and not reason.strip():
+            raise ControlError("a rejection needs a reason (the owner and the audit log see it)")
+        c = approvals_t.c
+        with self._tx(f"decide approval {approval_id}") as conn:
+            row = conn.execute(select(approvals_t).where(c.id == approval_id)).first()
+            if row is None:
+                raise ControlError(f"no approval request {approval_id}")
+            if row.status != ApprovalStatus.PENDING.value:
+                raise ControlError(f"approval request {approval_id} is {row.status}, not pending")
+            expired = at >= row.expires_at
+            status = (
+                ApprovalStatus.EXPIRED
+                if expired
+                else ApprovalStatus.APPROVED
+                if approve
+                else ApprovalStatus.REJECTED
+            )
+            values: dict[str, Any] = {"status": status.value}
+            if not expired:
+                values.update(decided_by=by, decided_at=at, decision_reason=reason)
+            conn.execute(update(approvals_t).where(c.id == approval_id).values(values))
+            payload = {"approval_id": approval_id, "key": row.idempotency_key, "by": by, "reason": reason}
+            self._audit_in(conn, f"approval.{status.value}", at, row.workload_id, payload)
+        if expired:
+            raise ControlError(
+                f"approval request {approval_id} expired at {row.expires_at:%Y-%m-%d %H:%M} UTC; "
+                "it will be asked again if the waste still holds"
+            )
+        found = self.approval(approval_id)
+        assert found is not None
+        return found
+
+    def expire_approvals(self, at: datetime) -> list[ApprovalRecord]:
+        """Mark every pending or approved-but-unused request past its expiry as expired."""
+        c = approvals_t.c
+        live = [ApprovalStatus.PENDING.value, ApprovalStatus.APPROVED.value]
+        with self._tx("expire approvals") as conn:
+            rows = conn.execute(select(approvals_t).where(c.status.in_(live), c.expires_at <= at)).all()
+            for r in rows:
+                moved = conn.execute(
+                    update(approvals_t)
+                    .where(c.id == r.id, c.status == r.status)
+                    .values(status=ApprovalStatus.EXPIRED.value)
+                ).rowcount
+                if moved:
+                    payload = {"approval_id": r.id, "key": r.idempotency_key, "was": r.status}
+                    self._audit_in(conn, "approval.expired", at, r.workload_id, payload)
+        return [self.approval(r.id) or _approval_of(r) for r in rows]
+
+    def use_approval(self, approval_id: int, at: datetime) -> ApprovalRecord:
+        """approved → used, right before its action runs; an expired approval never runs.
+
+        Raises ``ControlError`` when the request is not approved or has expired."""
+        c = approvals_t.c
+        with self._tx(f"use approval {approval_id}") as conn:
+            row = conn.execute(select(approvals_t).where(c.id == approval_id)).first()
+            if row is None:
+                raise ControlError(f"no approval request {approval_id}")
+            if row.status != ApprovalStatus.APPROVED.value:
+                raise ControlError(f"approval request {approval_id} is {row.status}, not approved")
+            if at >= row.expires_at:
+                conn.execute(
+                    update(approvals_t).where(c.id == approval_id).values(status=ApprovalStatus.EXPIRED.value)
+                )
+                payload = {"approval_id": approval_id, "key": row.idempotency_key, "was": row.status}
+                self._audit_in(conn, "approval.expired", at, row.workload_id, payload)
+                expired_at = row.expires_at
+            else:
+                expired_at = None
+                conn.execute(
+                    update(approvals_t).where(c.id == approval_id).values(status=ApprovalStatus.USED.value)
+                )
+        if expired_at is not None:
+            raise ControlError(f"approval request {approval_id} expired at {expired_at:%Y-%m-%d %H:%M} UTC")
+        found = self.approval(approval_id)
+        assert found is not None
+        return found
+
+    # -- snoozes ------------------------------------------------------------------------------
+    def snooze(
+        self, workload_id: str, *, until: datetime, by: str, reason: str, at: datetime
+    ) -> SnoozeRecord:
+        """Leave a workload alone until ``until``; replaces its active snooze. Limits (how long,
+        which rules may be snoozed, whether the workload exists) are checked by the caller."""
+        if until <= at:
+            raise ControlError(f"a snooze must end in the future, not at {until:%Y-%m-%d %H:%M} UTC")
+        if not by.strip():
+            raise ControlError("a snooze needs the name of who asked for it")
+        c = snoozes_t.c
+        with self._tx(f"snooze {workload_id}") as conn:
+            conn.execute(
+                update(snoozes_t)
+                .where(c.workload_id == workload_id, c.ended_at.is_(None), c.until > at)
+                .values(ended_at=at)
+            )
+            values = {
+                "workload_id": workload_id,
+                "created_at": at,
+                "until": until,
+                "by": by,
+                "reason": reason,
+            }
+            conn.execute(insert(snoozes_t).values(values))
+            row = conn.execute(
+                select(snoozes_t).where(c.workload_id == workload_id).order_by(c.id.desc()).limit(1)
+            ).one()
+            payload = {"until": until.isoformat(), "by": by, "reason": reason}
+            self._audit_in(conn, "snooze.set", at, workload_id, payload)
+        return _snooze_of(row)
+
+    def unsnooze(self, workload_id: str, *, by: str, at: datetime) -> bool:
+        """End the workload's active snooze now; False when it had none."""
+        c = snoozes_t.c
+        with self._tx(f"unsnooze {workload_id}") as conn:
+            ended = conn.execute(
+                update(snoozes_t)
+                .where(c.workload_id == workload_id, c.ended_at.is_(None), c.until > at)
+                .values(ended_at=at)
+            ).rowcount
+            if ended:
+                self._audit_in(conn, "snooze.lifted", at, workload_id, {"by": by})
+        return bool(ended)
+
+    def active_snoozes(self, at: datetime) -> dict[str, SnoozeRecord]:
+        """Workload id → its snooze in force at ``at``."""
+        c = snoozes_t.c
+        query = select(snoozes_t).where(c.ended_at.is_(None), c.created_at <= at, c.until > at).order_by(c.id)
+        with self._tx("read snoozes") as conn:
+            return {r.workload_id: _snooze_of(r) for r in conn.execute(query)}
+
+    def snoozes(self, workload_id: str | None = None, limit: int = 100) -> list[SnoozeRecord]:
+        """The last ``limit`` snoozes (of one workload), oldest first."""
+        c = snoozes_t.c
+        query = select(snoozes_t).order_by(c.id.desc()).limit(limit)
+        if workload_id is not None:
+            query = query.where(c.workload_id == workload_id)
+        with self._tx("read snoozes") as conn:
+            rows = conn.execute(query).all()
+        return [_snooze_of(r) for r in reversed(rows)]
