@@ -71,6 +71,8 @@ class RuleSpec(BaseModel):
     #: Template with ``{placeholders}`` (see ``PLACEHOLDERS``).
     message: str = ""
     enabled: bool = True
+    #: ``false``: an owner's snooze does not hold this rule's findings (admins decide which).
+    snoozable: bool = True
 
 
 class RulePack(BaseModel):

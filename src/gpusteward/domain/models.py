@@ -195,6 +195,10 @@ class Hold(StrEnum):
     PARTIAL = "partly-busy"
     SNOOZED = "snoozed"
     AWAITING_APPROVAL = "awaiting-approval"
+    #: An admin rejected this step: it is not asked again during the waste episode.
+    REJECTED = "approval-rejected"
+    #: Outside the configured working hours (policy.working_hours): L2+ waits for them.
+    OFF_HOURS = "off-hours"
 
 
 @dataclass(frozen=True, slots=True)

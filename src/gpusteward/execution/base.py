@@ -5,19 +5,37 @@ Every acting decision becomes one row in the actions table *before* anything is 
 The idempotency key is unique in the database, so a step that already ran, or is
 running in another process, is never run again; a failed one is retried only after
 its backoff. In dry-run the row is written as ``skipped`` and nothing is touched.
+
+Approvals (``policy.approval``): a step that needs one is held by policy until approved; the
+runner asks for it (``store.request_approval``, an admin notice) and, once approved, marks the
+approval used right before the action is planned. An expired approval never runs. Dry-run asks
+nobody: it previews every step as if approved.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
-from gpusteward.domain.errors import ExecutionError, PreflightFailed, StoreError
-from gpusteward.domain.models import ActionStatus, Decision, Level, Workload
+from gpusteward.domain.errors import ControlError, ExecutionError, PreflightFailed, StoreError
+from gpusteward.domain.models import (
+    Action,
+    ActionStatus,
+    ApprovalStatus,
+    Decision,
+    Hold,
+    Level,
+    Notice,
+    Workload,
+)
 from gpusteward.domain.ports import Clock, Executor, Notifier
 from gpusteward.notify.templates import notice_for
+from gpusteward.policy.owner import approval_key
+from gpusteward.policy.settings import ApprovalSettings
+from gpusteward.store import queries
+from gpusteward.store.controls import ApprovalRecord
 from gpusteward.store.db import StateStore
 
 log = logging.getLogger(__name__)
@@ -31,6 +49,9 @@ class ActionResult:
     status: ActionStatus
     detail: str
     action_id: int | None = None
+    #: Not ``NONE`` when the runner held an acting decision (its approval expired or was used up
+    #: before it ran): nothing was done or recorded as an action, and its ladder must not advance.
+    hold: Hold = Hold.NONE
 
 
 class ActionRunner:
@@ -44,28 +65,43 @@ class ActionRunner:
         clock: Clock,
         *,
         dry_run: bool = True,
+        approval: ApprovalSettings | None = None,
     ) -> None:
         self.store = store
         self.executors = list(executors)
         self.notifier = notifier
         self.clock = clock
         self.dry_run = dry_run
+        #: Which steps need an approval; None: none do (and nothing is asked).
+        self.approval = approval
 
     def run(self, decisions: Sequence[Decision], workloads: Mapping[str, Workload]) -> list[ActionResult]:
-        """Carry out every acting decision; one failure never stops the others."""
+        """Carry out every acting decision; one failure never stops the others. Steps held
+        awaiting approval are asked for (once per request). A ``StoreError`` stops the run and
+        is raised: no action runs without its record."""
+        return self._run(decisions, workloads, gate=True)
+
+    def _run(
+        self, decisions: Sequence[Decision], workloads: Mapping[str, Workload], *, gate: bool
+    ) -> list[ActionResult]:
         results: list[ActionResult] = []
         for decision in decisions:
-            if not decision.acts:
+            asks = decision.hold is Hold.AWAITING_APPROVAL and bool(decision.idempotency_key)
+            if not decision.acts and not asks:
                 continue
             workload = workloads.get(decision.workload_id)
             if workload is None:
                 continue
             try:
-                result = self._one(decision, workload)
+                if asks:
+                    self._ask_approval(decision, workload)
+                    continue
+                result = self._one(decision, workload, gate=gate)
             except StoreError:
-                # Without its record no action may run: stop acting this tick.
-                log.exception("state store failed; no further actions this tick")
-                break
+                # Without its record no action may run: stop acting this tick, and fail the tick
+                # so that its ladders are not saved either (the same steps come again, same keys).
+                log.warning("state store failed; no further actions this tick")
+                raise
             if result is not None:
                 results.append(result)
         return results
@@ -88,13 +124,70 @@ class ActionRunner:
             )
             for a in due
         ]
-        return self.run(decisions, workloads)
+        # A retry repeats an action whose approval (if it needed one) was used when it first ran.
+        return self._run(decisions, workloads, gate=False)
 
-    def _executor_for(self, workload: Workload, level: Level) -> Executor | None:
+    def executor_for(self, workload: Workload, level: Level) -> Executor | None:
         return next((e for e in self.executors if e.supports(workload, level)), None)
 
-    def _one(self, decision: Decision, workload: Workload) -> ActionResult | None:
+    # -- approvals ----------------------------------------------------------------------------
+    def _needs_approval(self, decision: Decision) -> bool:
+        return self.approval is not None and not self.dry_run and self.approval.needs_approval(decision.level)
+
+    def _latest_approval(self, decision: Decision) -> tuple[ApprovalRecord, int] | None:
+        found = queries.latest_approvals(self.store, [decision.workload_id], dry_run=self.dry_run)
+        return found.get(decision.idempotency_key)
+
+    def _ask_approval(self, decision: Decision, workload: Workload) -> None:
+        """A new request when there is none in force (none yet, or the last one expired)."""
+        if self.approval is None or self.dry_run:
+            return
         now = self.clock.now()
+        latest = self._latest_approval(decision)
+        if latest is not None:
+            record = latest[0]
+            live = (
+                record.status in (ApprovalStatus.PENDING, ApprovalStatus.APPROVED) and record.expires_at > now
+            )
+            if live or record.status in (ApprovalStatus.REJECTED, ApprovalStatus.USED):
+                return
+        attempt = 1 if latest is None else latest[1] + 1
+        asked = replace(decision, idempotency_key=approval_key(decision.idempotency_key, attempt))
+        ttl = timedelta(hours=self.approval.expire_hours)
+        record = self.store.request_approval(asked, dry_run=False, at=now, ttl=ttl)
+        notice = approval_notice(record, workload, decision)
+        self.store.record_notice(notice, sent=self._deliver(notice))
+
+    def _use_approval(self, decision: Decision, now: datetime) -> str:
+        """Mark the step's approval used; the reason it cannot run, or ``""`` when it may."""
+        latest = self._latest_approval(decision)
+        if latest is None:
+            return f"{decision.step} needs an approval and none was given"
+        record = latest[0]
+        if record.status is ApprovalStatus.USED:
+            return ""  # used when this step first ran; the action row decides what happens now
+        try:
+            self.store.use_approval(record.id, now)
+        except ControlError as e:
+            return str(e)
+        return ""
+
+    def _deliver(self, notice: Notice) -> bool:
+        """Send ``notice``; False when a throttling notifier held it back for a digest."""
+        deliver = getattr(self.notifier, "deliver", None)
+        if callable(deliver):
+            return bool(deliver(notice))
+        self.notifier.send(notice)
+        return True
+
+    # -- actions ------------------------------------------------------------------------------
+    def _one(self, decision: Decision, workload: Workload, *, gate: bool = True) -> ActionResult | None:
+        now = self.clock.now()
+        if gate and self._needs_approval(decision):
+            refused = self._use_approval(decision, now)
+            if refused:
+                detail = f"not run: {refused}"
+                return ActionResult(decision, ActionStatus.SKIPPED, detail, hold=Hold.AWAITING_APPROVAL)
         action = self.store.plan_action(decision, dry_run=self.dry_run, at=now)
         if action is None:
             return None  # this step already ran, is running, or waits for its retry time
@@ -105,6 +198,12 @@ class ActionRunner:
                 self.store.record_notice(notice_for(decision, workload, dry_run=True), sent=False)
             self.store.audit("action.dry_run", now, workload.id, key=decision.idempotency_key, detail=detail)
             return ActionResult(decision, ActionStatus.SKIPPED, detail, action.id)
+        return self.carry_out(action, decision, workload)
+
+    def carry_out(self, action: Action, decision: Decision, workload: Workload) -> ActionResult:
+        """``planned`` | ``failed`` → executing → its outcome: the part of an action after planning
+        (also used to finish actions a crashed agent left behind, see ``execution.reconcile``)."""
+        now = self.clock.now()
         self.store.start_action(action.id, now)
         self.store.audit("action.start", now, workload.id, key=decision.idempotency_key, step=decision.step)
         try:
@@ -126,17 +225,17 @@ class ActionRunner:
     def _execute(self, decision: Decision, workload: Workload) -> tuple[ActionStatus, str]:
         if decision.level is Level.NOTIFY:
             notice = notice_for(decision, workload, dry_run=False)
-            self.notifier.send(notice)
-            self.store.record_notice(notice, sent=True)
-            return ActionStatus.SUCCEEDED, f"notified {workload.owner.user}"
-        executor = self._executor_for(workload, decision.level)
+            sent = self._deliver(notice)
+            self.store.record_notice(notice, sent=sent)
+            held = "" if sent else " (held back for the daily digest: notice limit reached)"
+            return ActionStatus.SUCCEEDED, f"notified {workload.owner.user}{held}"
+        executor = self.executor_for(workload, decision.level)
         if executor is None:
             raise ExecutionError(f"no executor can {decision.step} a {workload.kind.value}")
         current = self._preflight(decision, workload, executor)
         # Tell the owner first, so the notice arrives even if the stop takes its whole grace.
         notice = notice_for(decision, current, dry_run=False)
-        self.notifier.send(notice)
-        self.store.record_notice(notice, sent=True)
+        self.store.record_notice(notice, sent=self._deliver(notice))
         outcome = executor.execute(decision, current)
         if not outcome.ok:
             raise ExecutionError(outcome.detail)
@@ -156,3 +255,27 @@ class ActionRunner:
         if set(decision.gpu_uuids) - set(current.gpu_uuids):
             raise PreflightFailed("workload no longer holds the GPUs in the evidence")
         return current
+
+
+def approval_notice(record: ApprovalRecord, workload: Workload, decision: Decision) -> Notice:
+    """The admins' notice of a new approval request: what, why, and the commands to decide."""
+    body = "\n\n".join(
+        [
+            f"gpusteward asks for approval to {decision.step} ({decision.level.label}) "
+            f"{workload.kind.value} {workload.name} (id {workload.id}) of {workload.owner.user}.",
+            decision.reason,
+            f"Approve: gpusteward approvals approve {record.id}\n"
+            f"Reject:  gpusteward approvals reject {record.id} --reason '...'",
+            f"The request expires at {record.expires_at:%Y-%m-%d %H:%M} UTC; an expired approval "
+            "never runs, and the step is asked again if the waste still holds.",
+        ]
+    )
+    return Notice(
+        at=record.requested_at,
+        workload_id=workload.id,
+        owner=None,
+        subject=f"Approval needed ({record.id}): {decision.step} of {workload.name}",
+        body=body,
+        level=decision.level,
+        dedup_key=record.idempotency_key,
+    )

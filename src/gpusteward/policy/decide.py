@@ -5,7 +5,8 @@ outputs are sorted by workload id. Dry-run and enforce get the same decisions; w
 decision is executed is the runtime's business (``Decision.acts`` says whether it should be).
 
 A held decision carries the level and step it would have taken, with ``hold`` saying why it
-does not; only acting decisions carry an idempotency key and advance the ladder.
+does not; only acting decisions advance the ladder. Acting decisions carry an idempotency key,
+and so does a step held awaiting approval (the runtime asks for approval under that key).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from gpusteward.domain.models import (
     RuleAction,
     Workload,
 )
-from gpusteward.policy import guards, ladder
+from gpusteward.policy import guards, ladder, owner
 from gpusteward.policy.ladder import Step
+from gpusteward.policy.owner import ApprovalView, SnoozeView
 from gpusteward.policy.settings import PolicySettings
 
 
@@ -47,6 +49,13 @@ class PolicyInput:
     #: Per rule, the workloads it could not judge (too little data since a restart or a new
     #: holder): a ladder driven by that rule neither advances nor clears on them.
     unjudged: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: Enforcing with approvals on: the latest approval request per action idempotency key.
+    #: ``None``: no step waits for a person (dry-run previews every step as if approved).
+    approvals: Mapping[str, ApprovalView] | None = None
+    #: Workload id → its snooze in force.
+    snoozes: Mapping[str, SnoozeView] = field(default_factory=dict)
+    #: Rules whose findings a snooze does not hold (``snoozable: false``).
+    unsnoozable_rules: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,9 @@ class _Plan:
     hold: Hold = Hold.NONE
     rule: str = ""
     gpu_uuids: tuple[str, ...] = ()
+    #: The key of a step that waits for approval (the runtime asks for it under this key).
+    waiting_key: str = ""
+    approved_by: str = ""
 
 
 def idempotency_key(state: LadderState, step: Step) -> str:
@@ -216,6 +228,47 @@ def _plan(wid: str, findings: Sequence[Finding], inp: PolicyInput, settings: Pol
     return p
 
 
+def _snoozed(wid: str, found: Sequence[Finding], snooze: SnoozeView, inp: PolicyInput) -> _Plan:
+    """Snoozed by its owner: recorded, nothing done, and its ladder ends (it starts again later)."""
+    driver = _driver(found)
+    assert driver is not None
+    seen = _seen(driver, inp.gpus)
+    return _Plan(
+        wid,
+        owner.snoozed(snooze, seen),
+        workload=inp.workloads.get(wid),
+        finding=driver,
+        seen=seen,
+        clear=True,
+        hold=Hold.SNOOZED,
+        rule=driver.rule,
+        gpu_uuids=driver.gpu_uuids,
+    )
+
+
+def _owner_gates(plans: Mapping[str, _Plan], inp: PolicyInput, settings: PolicySettings) -> None:
+    """Working hours, then approvals: a due step either passes both or waits with the reason."""
+    off = owner.off_hours(inp.now, settings.working_hours)
+    for p in plans.values():
+        if p.step is None or p.hold is not Hold.NONE or p.state is None:
+            continue
+        if off is not None and p.step.level >= settings.working_hours.min_level:
+            p.hold, p.reason = off.hold, _join(p.seen, f"The {p.step.title} is held: {off.reason}.")
+            continue
+        if inp.approvals is None or not settings.approval.needs_approval(p.step.level):
+            continue
+        # The key does not depend on when the step is taken: the request names the same step.
+        key = idempotency_key(p.state, p.step)
+        approval = inp.approvals.get(key)
+        held = owner.approval_gate(p.step, approval, inp.now, settings.approval.expire_hours)
+        if held is None:
+            p.approved_by = approval.decided_by if approval is not None else ""
+            continue
+        p.hold, p.reason = held.hold, _join(p.seen, f"The {p.step.title} is held: {held.reason}.")
+        if held.hold is Hold.AWAITING_APPROVAL:
+            p.waiting_key = key
+
+
 def _candidates(plans: Sequence[_Plan], *, only: Step | None = None) -> list[guards.StopCandidate]:
     return [
         guards.StopCandidate(p.workload_id, p.gpu_uuids, p.finding.wasted_cost, p.finding.wasted_gpu_hours)
@@ -260,7 +313,16 @@ def decide(inp: PolicyInput, settings: PolicySettings) -> PolicyResult:
             by_workload.setdefault(f.workload_id, []).append(f)
     plans: dict[str, _Plan] = {}
     for wid in sorted(set(by_workload) | set(inp.states)):
-        p = _plan(wid, by_workload.get(wid, []), inp, settings)
+        found = by_workload.get(wid, [])
+        snooze = inp.snoozes.get(wid)
+        if snooze is not None and found and wid in inp.workloads and wid not in inp.unknown_workloads:
+            # A snooze holds every finding but those of rules admins made unsnoozable.
+            kept = [f for f in found if f.rule in inp.unsnoozable_rules]
+            if not kept:
+                plans[wid] = _snoozed(wid, found, snooze, inp)
+                continue
+            found = kept
+        p = _plan(wid, found, inp, settings)
         if p is not None:
             plans[wid] = p
 
@@ -269,6 +331,7 @@ def decide(inp: PolicyInput, settings: PolicySettings) -> PolicyResult:
         for p in plans.values():
             if p.finding is not None or not p.clear:
                 p.hold, p.reason = pause.hold, _join(p.seen, f"Nothing is done: {pause.reason}.")
+    _owner_gates(plans, inp, settings)
     stops = list(plans.values())
     _hold_all(
         plans, guards.reserve(_candidates(stops, only=ladder.GRACEFUL_STOP), inp.gpus, settings.reserve.share)
@@ -287,13 +350,15 @@ def decide(inp: PolicyInput, settings: PolicySettings) -> PolicyResult:
     states: dict[str, LadderState] = {}
     cleared: set[str] = set()
     for wid, p in plans.items():
-        state, key, level, reason = p.state, "", Level.NONE, p.reason
+        state, key, level, reason = p.state, p.waiting_key, Level.NONE, p.reason
         if p.step is not None:
             level = p.step.level
             if p.hold is Hold.NONE and state is not None and p.workload is not None:
                 state = ladder.take(state, p.step, now)
                 key = idempotency_key(state, p.step)
                 reason = _acting_reason(p, state, now, settings)
+                if p.approved_by:
+                    reason = f"{reason} Approved by {p.approved_by}."
         step = p.step.name if p.step else ""
         decisions.append(
             Decision(wid, now, level, step, reason, p.hold, p.rule, p.gpu_uuids, idempotency_key=key)

@@ -6,8 +6,9 @@ Every model rejects unknown keys, so a typo in a policy file is an error, never 
 from __future__ import annotations
 
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpusteward.domain.models import PROTECT_KEY, Level
 
@@ -117,6 +118,63 @@ class SnoozeSettings(_Strict):
     max_hours: float = Field(24.0, gt=0, description="Longest snooze an owner may ask for.")
 
 
+class NoticeSettings(_Strict):
+    """How often one owner hears from gpusteward (admins' notices are never throttled)."""
+
+    max_per_owner_per_day: int = Field(
+        20,
+        ge=1,
+        description="Most notices one owner gets per UTC day; the rest are gathered into one digest "
+        "notice the next day (each notice is still recorded, marked not sent).",
+    )
+
+
+class WorkingHoursSettings(_Strict):
+    """A working-hours calendar: outside it, steps at ``min_level`` and above wait (notices go on)."""
+
+    enabled: bool = Field(False, description="Hold stops (L2+) outside working hours.")
+    timezone: str = Field("UTC", description="IANA time zone of the working hours, e.g. Europe/Berlin.")
+    days: list[int] = Field(
+        default_factory=lambda: [0, 1, 2, 3, 4], description="Working days, 0 = Monday … 6 = Sunday."
+    )
+    start_hour: int = Field(9, ge=0, le=23, description="Working hours start (local hour).")
+    end_hour: int = Field(18, ge=1, le=24, description="Working hours end (local hour, exclusive).")
+    holidays_country: str = Field(
+        "",
+        description="ISO country code whose public holidays are days off, e.g. DE (needs the "
+        "`holidays` package: pip install 'gpusteward[calendar]'). Empty: no holidays.",
+    )
+    holidays_subdiv: str = Field("", description="Subdivision for the holidays, e.g. BY.")
+    min_level: Level = Field(Level.GRACEFUL_STOP, description="Steps at this level and above wait.")
+
+    @field_validator("min_level", mode="before")
+    @classmethod
+    def _parse_level(cls, value: Any) -> Any:
+        return _level(value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (use an IANA name like Europe/Berlin)") from None
+        return value
+
+    @field_validator("days")
+    @classmethod
+    def _weekdays(cls, value: list[int]) -> list[int]:
+        if any(d < 0 or d > 6 for d in value):
+            raise ValueError("working days are 0 (Monday) to 6 (Sunday)")
+        return value
+
+    @model_validator(mode="after")
+    def _hours_in_order(self) -> WorkingHoursSettings:
+        if self.end_hour <= self.start_hour:
+            raise ValueError(f"end_hour {self.end_hour} must be after start_hour {self.start_hour}")
+        return self
+
+
 def _level(value: Any) -> Any:
     """Accept ``2``, ``"L2"``, ``"graceful_stop"`` and ``"graceful-stop"`` for a level."""
     if isinstance(value, str):
@@ -146,6 +204,10 @@ class PolicySettings(_Strict):
         default_factory=ApprovalSettings, description="Which steps wait for a person's approval."
     )
     snooze: SnoozeSettings = Field(default_factory=SnoozeSettings, description="Owner snooze limits.")
+    notices: NoticeSettings = Field(default_factory=NoticeSettings, description="Per-owner notice limits.")
+    working_hours: WorkingHoursSettings = Field(
+        default_factory=WorkingHoursSettings, description="When stops may happen."
+    )
     max_level: Level = Field(
         Level.FORCE,
         description="Highest intervention level policy may choose (0-4, L0-L4 or a level name); "

@@ -28,6 +28,7 @@ from gpusteward.domain.models import (
     Notice,
     Workload,
 )
+from gpusteward.store import audit_chain, schema
 from gpusteward.store.controls import ApprovalRecord, OwnerControls, SnoozeRecord
 from gpusteward.store.dbschema import (
     AuditRecord,
@@ -44,11 +45,9 @@ from gpusteward.store.dbschema import (
     episode_of,
     episodes_t,
     finding_row,
-    jsonable,
     ladder_of,
     ladder_row,
     ladders_t,
-    md,
     notice_of,
     notice_row,
     notices_t,
@@ -138,8 +137,11 @@ class StateStore(OwnerControls):
         return self._engine.url.render_as_string(hide_password=True)
 
     def create_schema(self) -> None:
-        with self._tx("create schema") as conn:
-            md.create_all(conn)
+        """Migrate the database to the newest schema (Alembic; ``store.schema``)."""
+        try:
+            schema.upgrade(self._engine)
+        except SQLAlchemyError as e:
+            raise StoreError(f"migrate schema: {_short(e)}") from e
 
     def close(self) -> None:
         self._engine.dispose()
@@ -409,9 +411,9 @@ class StateStore(OwnerControls):
     def _audit_in(
         self, conn: Connection, event: str, at: datetime, workload_id: str | None, payload: dict[str, Any]
     ) -> None:
-        """Append one audit record inside the caller's transaction: every audit write goes here."""
-        values = {"at": at, "event": event, "workload_id": workload_id, "payload": jsonable(payload)}
-        conn.execute(insert(audit_t).values(values))
+        """Append one audit record inside the caller's transaction: every audit write goes here.
+        Each record is hash-chained to the one before it (``store.audit_chain``)."""
+        audit_chain.append(conn, at, event, workload_id, payload)
 
     def audit_log(self, limit: int = 100, workload_id: str | None = None) -> list[AuditRecord]:
         """The last ``limit`` audit records (of one workload), oldest first."""

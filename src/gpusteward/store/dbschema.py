@@ -179,6 +179,12 @@ audit_t = Table(
     _text("event", 64),
     _id("workload_id", index=True),
     _json("payload"),
+    # Hash chain (store.audit_chain): position, the previous record's hash, SHA-256 of this one.
+    # Null only on records written before the chain existed; a unique seq cannot fork.
+    Column("seq", Integer, nullable=True),
+    Column("prev_hash", String(64), nullable=True),
+    Column("hash", String(64), nullable=True),
+    UniqueConstraint("seq", name="uq_audit_seq"),
 )
 workloads_t = Table(
     "workloads",

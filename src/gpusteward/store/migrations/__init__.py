@@ -1,0 +1,1 @@
+"""Alembic migrations of the state store (``gpusteward db upgrade``; see ``store.schema``)."""

@@ -1,0 +1,100 @@
+"""Crash safety with real processes: the agent is SIGKILLed in the middle of a graceful stop
+(its checkpoint signal sent, the grace not over) and started again on the same state file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gpusteward.domain.models import ActionStatus
+from gpusteward.store.db import StateStore
+
+AGENT = Path(__file__).with_name("crash_agent.py")
+
+
+@pytest.fixture
+def trainer(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """Holds its "GPU" idle; on SIGUSR1 it notes a checkpoint but keeps running (a slow saver),
+    so the stop has to wait out its grace and then send SIGTERM."""
+    base = tmp_path / "trainer"
+    code = (
+        "import signal, time\n"
+        f"def note(*_):\n    open({str(base)!r} + '.usr1', 'a').write('x')\n"
+        "signal.signal(signal.SIGUSR1, note)\n"
+        f"open({str(base)!r} + '.ready', 'w').close()\n"
+        "time.sleep(600)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], env={**os.environ, "GPUSTEWARD_CHECKPOINT_SIGNAL": "SIGUSR1"}
+    )
+    _until(lambda: Path(f"{base}.ready").exists())
+    yield child, base
+    if child.poll() is None:
+        child.kill()
+    child.wait(timeout=10)
+
+
+def _until(cond, polls: int = 2400) -> None:
+    for _ in range(polls):  # a hang guard, not a timing assertion
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition never came true")
+
+
+def _agent(db: Path, pid: int, start: str, ticks: int, log: Path) -> subprocess.Popen[bytes]:
+    src = str(Path(__file__).parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.Popen(
+        [sys.executable, str(AGENT), str(db), str(pid), start, str(ticks)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+
+
+def test_sigkill_mid_action_then_restart_loses_and_repeats_nothing(tmp_path: Path, trainer) -> None:
+    child, base = trainer
+    db = tmp_path / "state.db"
+    start = datetime.now(tz=UTC).isoformat()  # not before the trainer started (start-up grace)
+    first = _agent(db, child.pid, start, 60, tmp_path / "agent1.log")
+    # The graceful stop has begun: the checkpoint signal arrived, the grace is running.
+    _until(lambda: Path(f"{base}.usr1").exists() or first.poll() is not None)
+    assert first.poll() is None, (tmp_path / "agent1.log").read_text()
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    assert child.poll() is None  # killed before its SIGTERM
+
+    store = StateStore(f"sqlite:///{db}")
+    before = {a.step: a for a in store.actions(limit=100)}
+    assert before["graceful-stop"].status is ActionStatus.EXECUTING
+    assert before["warn-1"].status is before["warn-2"].status is ActionStatus.SUCCEEDED
+    resume_at = max(a.updated_at for a in before.values()) + timedelta(minutes=1)
+
+    second = _agent(db, child.pid, resume_at.isoformat(), 60, tmp_path / "agent2.log")
+    assert second.wait(timeout=300) == 0, (tmp_path / "agent2.log").read_text()
+    assert child.wait(timeout=30) == -signal.SIGTERM, "the interrupted stop was finished"
+
+    actions = store.actions(limit=100)
+    # One row per step, none lost, none repeated; the interrupted one finished on its own row.
+    assert Counter(a.step for a in actions) == {"warn-1": 1, "warn-2": 1, "graceful-stop": 1}
+    stop = next(a for a in actions if a.step == "graceful-stop")
+    assert (stop.id, stop.status, stop.attempts) == (before["graceful-stop"].id, ActionStatus.SUCCEEDED, 2)
+    trail = [r.event for r in store.audit_log(limit=1000) if r.payload.get("key") == stop.idempotency_key]
+    assert trail == ["action.start", "action.interrupted", "action.start", "action.succeeded"]
+    # The owner was warned twice before, once about the stop per run of it, never re-warned.
+    sent = Counter(n.notice.dedup_key for n in store.notices(limit=100) if n.sent)
+    assert sent[before["warn-1"].idempotency_key] == sent[before["warn-2"].idempotency_key] == 1
+    # The ladder went on from the database: it ends once the workload is gone.
+    assert store.load_ladders(dry_run=False) == {}
+    assert store.open_findings() == []
+    store.close()
