@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpusteward.domain.models import Observation
-from gpusteward.domain.ports import Executor, Source
+from gpusteward.domain.ports import Executor, Notifier, Source
 from gpusteward.sim import SimCluster
 
 
@@ -27,3 +27,5 @@ class Adapters:
     history: Callable[[datetime, datetime, float], list[Observation]] = no_history
     #: The simulated cluster behind a ``sim`` source (the demo scores against it).
     cluster: SimCluster | None = None
+    #: Adds the source's own channel to the configured notifier (Kubernetes: an Event on the pods).
+    wrap_notifier: Callable[[Notifier], Notifier] | None = None
