@@ -10,6 +10,8 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.runtime.config import Settings
@@ -62,10 +64,14 @@ def run_with_server(
     listen: str | None = None,
     max_ticks: int | None = None,
     labels: LabelMap | None = None,
+    web: Callable[[Steward, Any], Any] | None = None,
 ) -> int:
-    """``run_forever`` with /metrics and the receiver on ``listen`` (or ``server.listen``)."""
+    """``run_forever`` with /metrics and the receiver on ``listen`` (or ``server.listen``).
+
+    ``web(steward, app)`` returns the app to serve instead (``run --web``: the web admin with
+    this app mounted under it); it serves on ``web.listen`` when no other address is given."""
     cfg = settings.server
-    where = listen or cfg.listen
+    where = listen or cfg.listen or (settings.web.listen if web is not None else None)
     metrics = StewardMetrics()
     wake = Wake()
     server = None
@@ -85,6 +91,8 @@ def run_with_server(
             ignore_pods=re.compile(pcfg.exporter_pod_regex) if pcfg.exporter_pod_regex else None,
             max_body_bytes=cfg.max_body_bytes,
         )
+        if web is not None:
+            app = web(steward, app)
         server = BackgroundServer(app, host, port)
         server.start()
         log.info("serving /metrics and /api/v1/alertmanager on %s:%d", host, server.port)

@@ -1,0 +1,230 @@
+"""The JSON API under ``/api/v1``: the data of every page, and the controls (approve, reject,
+snooze, pause, resume, rule preview). Bearer tokens or the page session (with CSRF)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, Field
+
+from gpusteward.domain.errors import ControlError, RuleError
+from gpusteward.store.access import Role
+from gpusteward.web import data
+from gpusteward.web.auth import Principal
+from gpusteward.web.context import WebContext
+
+router = APIRouter(prefix="/api/v1", tags=["gpusteward"])
+
+
+def ctx_of(request: Request) -> WebContext:
+    ctx: WebContext = request.app.state.web
+    return ctx
+
+
+def caller(request: Request, role: Role = Role.VIEWER) -> Principal:
+    ctx = ctx_of(request)
+    return ctx.auth.require(request, ctx.now(), role)
+
+
+class Reason(BaseModel):
+    reason: str = Field("", max_length=2000, description="Why (kept in the audit log; required to reject).")
+
+
+class SnoozeBody(BaseModel):
+    hours: float = Field(
+        gt=0, description="How long to leave the workload alone (policy.snooze.max_hours at most)."
+    )
+    reason: str = Field("", max_length=2000)
+
+
+class RuleText(BaseModel):
+    text: str = Field(
+        max_length=100_000, description="A rule pack in YAML: `rules: [ {name, kind, when, ...} ]`."
+    )
+
+
+def _json(value: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(data.plain(value), status_code=status)
+
+
+def _export(rows: list[dict[str, Any]], columns: tuple[str, ...], fmt: str, name: str) -> Response:
+    if fmt == "csv":
+        return PlainTextResponse(
+            data.to_csv(rows, columns),
+            media_type="text/csv",
+            headers={"content-disposition": f'attachment; filename="{name}.csv"'},
+        )
+    return _json(rows)
+
+
+def _refused(e: ControlError) -> JSONResponse:
+    text = str(e)
+    return JSONResponse({"error": text}, status_code=404 if text.startswith("no ") else 409)
+
+
+@router.get("/me", summary="Who the caller is")
+def me(request: Request) -> dict[str, str]:
+    who = caller(request)
+    return {"name": who.name, "role": who.role.value, "via": who.via}
+
+
+@router.get("/overview", summary="Cluster utilisation, idle GPUs, waste and savings, recent actions")
+def overview(request: Request) -> JSONResponse:
+    caller(request)
+    ctx = ctx_of(request)
+    cost = ctx.settings.cost
+    value = data.overview(
+        ctx.store, ctx.steward(), ctx.now(), currency=cost.currency, rate=cost.rate, dry_run=ctx.dry_run
+    )
+    return _json(value)
+
+
+@router.get("/findings", summary="Finding episodes, newest first")
+def findings(
+    request: Request,
+    kind: str = "",
+    owner: str = "",
+    team: str = "",
+    node: str = "",
+    status: Annotated[Literal["open", "all"], Query()] = "open",
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+) -> JSONResponse:
+    caller(request)
+    ctx = ctx_of(request)
+    rows = data.findings(
+        ctx.store, ctx.gpus(), kind=kind, owner=owner, team=team, node=node, status=status, limit=limit
+    )
+    return _json(rows)
+
+
+@router.get("/workloads/{workload_id:path}", summary="A workload: findings, decisions, actions, notices")
+def workload(request: Request, workload_id: str) -> JSONResponse:
+    caller(request)
+    ctx = ctx_of(request)
+    found = data.workload(ctx.store, workload_id, ctx.gpus())
+    if found is None:
+        return JSONResponse({"error": f"no workload {workload_id!r}"}, status_code=404)
+    return _json(found)
+
+
+@router.post("/workloads/{workload_id:path}/snooze", summary="Leave a workload alone for a while")
+def snooze(request: Request, workload_id: str, body: SnoozeBody) -> JSONResponse:
+    who = caller(request, Role.OPERATOR)
+    try:
+        rec = ctx_of(request).snooze(workload_id, hours=body.hours, by=who.name, reason=body.reason)
+    except ControlError as e:
+        return _refused(e)
+    return _json(rec.to_dict())
+
+
+@router.get("/actions", summary="Actions, newest first (format=csv to export)")
+def actions(
+    request: Request,
+    q: str = "",
+    status: str = "",
+    level: str = "",
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 200,
+    format: Literal["json", "csv"] = "json",
+) -> Response:
+    caller(request)
+    rows = data.actions(ctx_of(request).store, q=q, status=status, level=level, limit=limit)
+    return _export(rows, data.ACTION_COLUMNS, format, "actions")
+
+
+@router.get("/audit", summary="The audit log, newest first (format=csv to export)")
+def audit(
+    request: Request,
+    q: str = "",
+    event: str = "",
+    workload: str = "",
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 200,
+    format: Literal["json", "csv"] = "json",
+) -> Response:
+    caller(request)
+    rows = data.audit(ctx_of(request).store, q=q, event=event, workload=workload, limit=limit)
+    return _export(rows, data.AUDIT_COLUMNS, format, "audit")
+
+
+@router.get("/approvals", summary="Approval requests, newest first")
+def approvals(request: Request, status: str = "") -> JSONResponse:
+    caller(request)
+    rows = [a.to_dict() for a in reversed(ctx_of(request).store.approvals(limit=500))]
+    return _json([r for r in rows if not status or r["status"] == status])
+
+
+def _decide(request: Request, approval_id: int, approve: bool, reason: str) -> JSONResponse:
+    who = caller(request, Role.OPERATOR)
+    try:
+        rec = ctx_of(request).decide(approval_id, approve=approve, by=who.name, reason=reason)
+    except ControlError as e:
+        return _refused(e)
+    return _json(rec.to_dict())
+
+
+@router.post("/approvals/{approval_id}/approve", summary="Approve a waiting step")
+def approve(request: Request, approval_id: int, body: Reason | None = None) -> JSONResponse:
+    return _decide(request, approval_id, True, body.reason if body else "")
+
+
+@router.post("/approvals/{approval_id}/reject", summary="Reject a waiting step (a reason is required)")
+def reject(request: Request, approval_id: int, body: Reason) -> JSONResponse:
+    return _decide(request, approval_id, False, body.reason)
+
+
+@router.get("/rules", summary="The rules in force")
+def rules(request: Request) -> JSONResponse:
+    caller(request)
+    return _json([data.rule_row(r) for r in ctx_of(request).rules])
+
+
+@router.post("/rules/preview", summary="Validate a rule pack and show what it would flag right now")
+def rules_preview(request: Request, body: RuleText) -> JSONResponse:
+    caller(request)
+    ctx = ctx_of(request)
+    try:
+        compiled, rows = data.preview(body.text, ctx.steward(), ctx.now())
+    except RuleError as e:
+        return JSONResponse({"valid": False, "error": str(e), "line": e.line}, status_code=422)
+    return _json(
+        {
+            "valid": True,
+            "rules": [data.rule_row(r) for r in compiled],
+            "live": ctx.steward() is not None,
+            "findings": rows,
+        }
+    )
+
+
+@router.get("/settings", summary="Mode, pause state and what the caller may do")
+def settings(request: Request) -> JSONResponse:
+    who = caller(request)
+    ctx = ctx_of(request)
+    pause = ctx.store.pause_state()
+    return _json(
+        {
+            "mode": "dry-run" if ctx.dry_run else "enforce",
+            "paused": pause.paused,
+            "paused_by": pause.by,
+            "paused_reason": pause.reason,
+            "paused_at": pause.at,
+            "source": ctx.settings.source.name,
+            "tick_seconds": ctx.settings.tick_seconds,
+            "role": who.role.value,
+        }
+    )
+
+
+@router.post("/pause", summary="The kill switch: no action from the next tick on")
+def pause(request: Request, body: Reason | None = None) -> JSONResponse:
+    who = caller(request, Role.OPERATOR)
+    ctx_of(request).set_paused(True, by=who.name, reason=body.reason if body else "")
+    return _json({"paused": True})
+
+
+@router.post("/resume", summary="Release the kill switch")
+def resume(request: Request, body: Reason | None = None) -> JSONResponse:
+    who = caller(request, Role.OPERATOR)
+    ctx_of(request).set_paused(False, by=who.name, reason=body.reason if body else "")
+    return _json({"paused": False})

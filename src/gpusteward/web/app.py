@@ -1,0 +1,105 @@
+"""The web admin app factory. Nothing is built at import time: ``create_web_app`` takes the
+store, settings and rules (and, under ``run --web``, the loop's steward) and returns the app.
+
+Routes: the pages (``pages``), the JSON API under ``/api/v1`` (``api``) with its OpenAPI
+document at ``/api/v1/openapi.json`` (for logged-in callers), and ``/static`` (CSS and the
+vendored htmx; no CDN). ``mount`` (``run --web``) serves another app's routes after these:
+the loop's ``/metrics``, ``/healthz`` and Alertmanager receiver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp
+
+from gpusteward.analysis.rules import CompiledRule
+from gpusteward.domain.ports import Clock, SystemClock
+from gpusteward.notify.links import LinkSigner
+from gpusteward.runtime.config import Settings
+from gpusteward.store.access import AccessStore
+from gpusteward.store.db import StateStore
+from gpusteward.web import api, pages
+from gpusteward.web.auth import Auth, AuthError
+from gpusteward.web.context import WebContext
+from gpusteward.web.live import Live, Nothing
+
+STATIC = Path(__file__).parent / "static"
+
+
+def signing_key(settings: Settings, access: AccessStore) -> bytes:
+    """``web.secret_key``, or the key kept in the state database."""
+    given = settings.web.secret_key
+    return given.get_secret_value().encode() if given is not None else access.secret()
+
+
+def create_web_app(
+    store: StateStore,
+    settings: Settings,
+    rules: Sequence[CompiledRule],
+    *,
+    live: Live | None = None,
+    clock: Clock | None = None,
+    mount: ASGIApp | None = None,
+    on_rules_saved: Callable[[list[CompiledRule]], None] | None = None,
+) -> FastAPI:
+    access = AccessStore(store)
+    key = signing_key(settings, access)
+    ctx = WebContext(
+        store=store,
+        settings=settings,
+        rules=list(rules),
+        access=access,
+        auth=Auth(access, key, session_hours=settings.web.session_hours, secure=settings.web.secure_cookies),
+        clock=clock or SystemClock(),
+        live=live or Nothing(),
+        links=LinkSigner(key, settings.web.link_base(), ttl_hours=settings.web.link_hours),
+        on_rules_saved=on_rules_saved,
+    )
+    app = FastAPI(
+        title="gpusteward",
+        summary="Findings, actions, approvals and the kill switch of a gpusteward agent.",
+        version="1",
+        docs_url=None,  # Swagger UI would load from a CDN; the document is enough
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.web = ctx
+
+    @app.exception_handler(AuthError)
+    async def _refused(request: Request, e: AuthError) -> Response:
+        if request.url.path.startswith("/api/"):
+            headers = {"www-authenticate": "Bearer"} if e.status == 401 else None
+            return JSONResponse({"error": e.message}, status_code=e.status, headers=headers)
+        if e.status == 401:
+            nxt = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            if request.headers.get("hx-request"):
+                return Response(status_code=401, headers={"hx-redirect": "/login"})
+            return RedirectResponse(f"/login?next={nxt}", status_code=303)
+        return pages._page(request, None, "message.html.j2", e.status, title="Refused", message=e.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, e: RequestValidationError) -> Response:
+        # An anonymous caller learns nothing, not even the expected body.
+        if ctx.auth.principal(request, ctx.now()) is None:
+            return JSONResponse({"error": "log in or send Authorization: Bearer <token>"}, status_code=401)
+        details = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()[:10]]
+        return JSONResponse({"error": "invalid request", "problems": details}, status_code=422)
+
+    @app.get("/api/v1/openapi.json", include_in_schema=False)
+    def openapi(request: Request) -> dict[str, Any]:
+        ctx.auth.require(request, ctx.now())
+        return app.openapi()
+
+    app.include_router(api.router)
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    if mount is not None:
+        app.mount("/", mount)
+    return app

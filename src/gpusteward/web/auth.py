@@ -1,0 +1,137 @@
+"""Who is asking: API tokens (``Authorization: Bearer``) for scripts, a signed session cookie
+for the pages, and CSRF protection for anything a browser can send on its own.
+
+* The session cookie is a token signed with HMAC-SHA256 (``notify.links.sign``, purpose
+  ``session``): the API token's id, an expiry and a random CSRF value. Each request re-reads the
+  token, so revoking it ends its sessions at once. HttpOnly, SameSite=Lax, Secure when configured.
+* CSRF: a form (or an htmx request) made with the session must carry the session's CSRF value
+  (field ``csrf`` or header ``X-CSRF-Token``). Bearer requests carry no ambient credential and
+  need none. The login form uses a double-submit cookie (there is no session yet).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from urllib.parse import parse_qs
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from gpusteward.notify.links import LinkError, sign, verify
+from gpusteward.store.access import AccessStore, Role, TokenRecord
+
+SESSION_COOKIE = "gst_session"
+LOGIN_CSRF_COOKIE = "gst_login_csrf"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    role: Role
+    #: "token" (Authorization header) or "session" (cookie: CSRF applies).
+    via: str
+    csrf: str = ""
+
+    def can(self, needed: Role) -> bool:
+        return self.role.allows(needed)
+
+
+class AuthError(Exception):
+    """401 (who are you?) or 403 (not allowed); pages turn a 401 into the login page."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Auth:
+    def __init__(self, access: AccessStore, key: bytes, *, session_hours: float, secure: bool) -> None:
+        self.access = access
+        self.key = key
+        self.session_hours = session_hours
+        self.secure = secure
+
+    # -- sessions -----------------------------------------------------------------------------
+    def start_session(self, response: Response, token: TokenRecord, now: datetime) -> None:
+        claims = {"t": token.id, "c": secrets.token_urlsafe(24)}
+        value = sign(self.key, "session", claims, expires=now + timedelta(hours=self.session_hours))
+        response.set_cookie(
+            SESSION_COOKIE,
+            value,
+            max_age=int(self.session_hours * 3600),
+            httponly=True,
+            samesite="lax",
+            secure=self.secure,
+            path="/",
+        )
+
+    def end_session(self, response: Response) -> None:
+        response.delete_cookie(SESSION_COOKIE, path="/")
+
+    def principal(self, request: Request, now: datetime) -> Principal | None:
+        """The caller, or None when anonymous. A bad or revoked credential is anonymous too."""
+        header = request.headers.get("authorization", "")
+        if header:
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not token:
+                return None
+            rec = self.access.authenticate(token.strip(), at=now)
+            return None if rec is None else Principal(rec.name, rec.role, "token")
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if not cookie:
+            return None
+        try:
+            claims = verify(self.key, "session", cookie, now=now)
+        except LinkError:
+            return None
+        rec = self.access.token(int(claims.get("t", -1)))
+        if rec is None or rec.revoked_at is not None:
+            return None
+        return Principal(rec.name, rec.role, "session", str(claims.get("c", "")))
+
+    def require(
+        self, request: Request, now: datetime, role: Role = Role.VIEWER, *, form_csrf: str | None = None
+    ) -> Principal:
+        """The caller with at least ``role``; checks CSRF for unsafe requests made with the session."""
+        who = self.principal(request, now)
+        if who is None:
+            raise AuthError(401, "log in or send Authorization: Bearer <token>")
+        if who.via == "session" and request.method not in SAFE_METHODS:
+            given = form_csrf if form_csrf is not None else request.headers.get("x-csrf-token", "")
+            if not given or not hmac.compare_digest(given.encode(), who.csrf.encode()):
+                raise AuthError(403, "missing or wrong CSRF token: reload the page and try again")
+        if not who.can(role):
+            raise AuthError(403, f"{who.name} is a {who.role.value}; this needs {role.value}")
+        return who
+
+    # -- login form (double-submit CSRF) ------------------------------------------------------
+    @staticmethod
+    def login_csrf(request: Request) -> str:
+        return request.cookies.get(LOGIN_CSRF_COOKIE) or secrets.token_urlsafe(24)
+
+    def set_login_csrf(self, response: Response, value: str) -> None:
+        response.set_cookie(
+            LOGIN_CSRF_COOKIE, value, httponly=True, samesite="strict", secure=self.secure, path="/"
+        )
+
+    @staticmethod
+    def check_login_csrf(request: Request, given: str) -> bool:
+        cookie = request.cookies.get(LOGIN_CSRF_COOKIE, "")
+        return bool(cookie) and hmac.compare_digest(cookie.encode(), given.encode())
+
+
+async def read_form(request: Request, max_bytes: int = 256 * 1024) -> dict[str, str]:
+    """An ``application/x-www-form-urlencoded`` body (what the pages' forms send) as a dict."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/x-www-form-urlencoded":
+        raise AuthError(415, "forms must be sent as application/x-www-form-urlencoded")
+    body = await request.body()
+    if len(body) > max_bytes:
+        raise AuthError(413, f"form over {max_bytes} bytes")
+    fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+    return {k: v[-1] for k, v in fields.items()}

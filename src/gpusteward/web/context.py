@@ -1,0 +1,72 @@
+"""What every route needs, built once by the app factory: store, settings, rules, auth, clock,
+live data, and the owner controls (approve, reject, snooze) with their error mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpusteward.analysis.rules import CompiledRule
+from gpusteward.domain.models import Gpu
+from gpusteward.domain.ports import Clock
+from gpusteward.notify.links import LinkSigner
+from gpusteward.runtime import controls
+from gpusteward.runtime.config import Settings
+from gpusteward.runtime.loop import Steward
+from gpusteward.store.access import AccessStore
+from gpusteward.store.controls import ApprovalRecord, SnoozeRecord
+from gpusteward.store.db import StateStore
+from gpusteward.web.auth import Auth
+from gpusteward.web.live import Live
+
+
+@dataclass
+class WebContext:
+    store: StateStore
+    settings: Settings
+    rules: Sequence[CompiledRule]
+    access: AccessStore
+    auth: Auth
+    clock: Clock
+    live: Live
+    links: LinkSigner
+    #: Called after rules are saved from the rules page (``run --web`` swaps the loop's rules).
+    on_rules_saved: Callable[[list[CompiledRule]], None] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def steward(self) -> Steward | None:
+        return self.live.steward()
+
+    def gpus(self) -> dict[str, Gpu]:
+        s = self.steward()
+        return dict(s.gpus) if s is not None else {}
+
+    @property
+    def dry_run(self) -> bool:
+        return self.settings.dry_run
+
+    # -- owner controls: runtime.controls, the CLI's checks; ControlError for refused requests --
+    def decide(self, approval_id: int, *, approve: bool, by: str, reason: str) -> ApprovalRecord:
+        return controls.decide_approval(
+            self.store, approval_id, approve=approve, by=by, reason=reason, now=self.now()
+        )
+
+    def snooze(self, workload_id: str, *, hours: float, by: str, reason: str) -> SnoozeRecord:
+        return controls.snooze_workload(
+            self.store,
+            self.settings.policy,
+            self.rules,
+            workload_id,
+            hours=hours,
+            by=by,
+            reason=reason,
+            now=self.now(),
+        )
+
+    def set_paused(self, paused: bool, *, by: str, reason: str) -> None:
+        self.store.set_paused(paused, by=by, reason=reason, at=self.now())

@@ -1,0 +1,117 @@
+"""`gpusteward token create|list|revoke`, and `gpusteward run --web` as a real process: the web
+admin, its API, /metrics and the receiver on one port beside the loop; SIGTERM stops it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from typer.testing import CliRunner
+
+from gpusteward.cli.app import app
+from gpusteward.sensing.prometheus.localserver import free_port
+
+
+def _config(tmp_path: Path) -> Path:
+    config = tmp_path / "gpusteward.yaml"
+    config.write_text(
+        "source: {name: sim, sim: {scenario: small, history_hours: 1}}\n"
+        f"tick_seconds: 3600\nstore: {{url: 'sqlite:///{tmp_path / 'state.db'}'}}\n"
+    )
+    return config
+
+
+def test_token_create_list_revoke(tmp_path: Path) -> None:
+    config = str(_config(tmp_path))
+    runner = CliRunner()
+    made = runner.invoke(
+        app, ["token", "create", "--role", "operator", "--name", "ci", "-c", config, "--json"]
+    )
+    assert made.exit_code == 0, made.output
+    token = json.loads(made.output)["token"]
+    assert token.startswith("gst_")
+    again = runner.invoke(app, ["token", "create", "--role", "operator", "--name", "ci", "-c", config])
+    assert again.exit_code == 1
+    assert "exists already" in again.output
+    bad = runner.invoke(app, ["token", "create", "--role", "root", "--name", "x", "-c", config])
+    assert bad.exit_code == 2
+    assert "--role must be one of" in bad.output
+    listed = json.loads(runner.invoke(app, ["token", "list", "-c", config, "--json"]).output)
+    assert [(t["name"], t["role"], t["revoked_at"]) for t in listed] == [("ci", "operator", None)]
+    assert token not in runner.invoke(app, ["token", "list", "-c", config]).output
+    assert runner.invoke(app, ["token", "revoke", "ci", "-c", config]).exit_code == 0
+    assert json.loads(runner.invoke(app, ["token", "list", "-c", config, "--json"]).output)[0]["revoked_at"]
+    assert runner.invoke(app, ["token", "revoke", "ci", "-c", config]).exit_code == 1
+
+
+def _wait(url: str, hang_guard_s: float = 60) -> httpx.Response:
+    deadline = time.monotonic() + hang_guard_s  # a guard against a hung process, not a timing test
+    while True:
+        try:
+            return httpx.get(url)
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _wait_text(url: str, needle: str, hang_guard_s: float = 60) -> str:
+    deadline = time.monotonic() + hang_guard_s
+    while needle not in (text := httpx.get(url).text):
+        assert time.monotonic() < deadline, f"{needle!r} never appeared at {url}"
+        time.sleep(0.2)
+    return text
+
+
+def test_run_web_serves_pages_api_and_metrics_beside_the_loop(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    made = CliRunner().invoke(
+        app, ["token", "create", "--role", "operator", "--name", "op", "-c", str(config), "--json"]
+    )
+    token = json.loads(made.output)["token"]
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpusteward",
+            "run",
+            "--config",
+            str(config),
+            "--web",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert _wait(base + "/healthz").json() == {"ok": True}
+        metrics = _wait_text(base + "/metrics", "gpusteward_tick_duration_seconds_count 1.0")
+        names = ["gpusteward_paused", "gpusteward_idle_gpus", "gpusteward_waste_cost_per_hour"]
+        names += ["gpusteward_tick_duration_seconds_bucket", 'gpusteward_source_up{source="sim"}']
+        for name in names:
+            assert name in metrics, name
+        assert httpx.get(base + "/api/v1/findings").status_code == 401
+        auth = {"authorization": f"Bearer {token}"}
+        assert httpx.get(base + "/api/v1/me", headers=auth).json()["role"] == "operator"
+        # live data: the loop's own window feeds the utilisation chart
+        util = httpx.get(base + "/api/v1/overview", headers=auth).json()["utilisation"]
+        assert any(u["pct"] is not None for u in util)
+        assert httpx.post(base + "/api/v1/pause", json={"reason": "ci"}, headers=auth).json() == {
+            "paused": True
+        }
+        assert httpx.get(base + "/", follow_redirects=False).status_code == 303
+        assert httpx.get(base + "/static/htmx.min.js").status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
