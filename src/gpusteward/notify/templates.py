@@ -17,19 +17,26 @@ _HOW_TO_OBJECT = (
 )
 
 
+#: Advice (right-sizing, anomalies) is the advice ladder's one step: nothing follows it.
+_ADVICE_NOTE = (
+    "This is advice: gpusteward takes no action on it. Reply to your platform team if it is wrong "
+    "for this workload; the weekly report lists it with the evidence."
+)
+
+
 def notice_for(decision: Decision, workload: Workload, *, dry_run: bool) -> Notice:
     """A notice to the workload's owner about ``decision``."""
     prefix = "[dry-run] " if dry_run else ""
-    subject = (
-        f"{prefix}{_WHAT.get(decision.level, 'Notice')}: {workload.name} ({decision.rule or 'gpu waste'})"
-    )
+    advice = decision.step == "advice"
+    what = "Advice" if advice else _WHAT.get(decision.level, "Notice")
+    subject = f"{prefix}{what}: {workload.name} ({decision.rule or 'gpu waste'})"
     body = "\n\n".join(
         [
             f"Hello {workload.owner.user},",
             decision.reason,
             f"Workload: {workload.kind.value} {workload.name} (id {workload.id}), "
             f"GPUs: {', '.join(decision.gpu_uuids or workload.gpu_uuids)}.",
-            _HOW_TO_OBJECT,
+            _ADVICE_NOTE if advice else _HOW_TO_OBJECT,
         ]
     )
     return Notice(

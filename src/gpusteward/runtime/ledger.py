@@ -248,7 +248,8 @@ class LedgerRecorder:
         }
         idle: dict[str, int] = {}
         for f in findings:
-            if f.action is RuleAction.ADVISE and f.workload_id:
+            # Only over-provisioning advice names idle GPUs (anomalies and other advice name all).
+            if f.action is RuleAction.ADVISE and f.workload_id and f.kind == "overprovisioned":
                 idle[f.workload_id] = max(idle.get(f.workload_id, 0), len(f.gpu_uuids))
         day = day_key(now)
         for w in workloads.values():

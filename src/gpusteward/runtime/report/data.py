@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
+from gpusteward.runtime.report.insights import InsightRow
 from gpusteward.store.ledger import DailyRow, LedgerStore, StopRow, UsageRow
 
 #: Efficiency buckets: 0-10 %, 10-20 % ... 90-100 % of held GPU-hours that were busy.
@@ -79,6 +80,8 @@ class ReportData:
     actions_by_level: dict[str, int] = field(default_factory=dict)
     recent_stops: list[StopRow] = field(default_factory=list)
     advice: list[Advice] = field(default_factory=list)
+    #: Right-sizing and anomaly findings of the period (runtime/report/insights.py).
+    insights: list[InsightRow] = field(default_factory=list)
     teams: list[str] = field(default_factory=list)
 
     @property

@@ -15,6 +15,7 @@ from markupsafe import Markup
 from gpusteward.analysis.charts import bar_chart, fmt, hbar_chart
 from gpusteward.domain.errors import ConfigError
 from gpusteward.runtime.report.data import BUCKETS, ReportData, gather
+from gpusteward.runtime.report.insights import gather_insights
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import LedgerStore
 
@@ -112,12 +113,14 @@ def write_reports(
     ledger = LedgerStore(store)
     start, stop = period_bounds(ledger, period, end)
     cluster = gather(ledger, start, stop, currency=currency, rate=rate)
+    cluster.insights = gather_insights(store, start, stop)
     out.mkdir(parents=True, exist_ok=True)
     links = {team: f"team-{slug(team)}.html" for team in cluster.teams}
     written = [Written("cluster", out / "index.html")]
     written[0].path.write_text(render(cluster, links=links), encoding="utf-8")
     for team, name in links.items():
         data = gather(ledger, start, stop, team=team, currency=currency, rate=rate)
+        data.insights = gather_insights(store, start, stop, team=team)
         path = out / name
         path.write_text(render(data), encoding="utf-8")
         written.append(Written(team, path))

@@ -1,0 +1,213 @@
+"""Insights in the tick: anomalies, right-sizing advice and the tide, as one hook of the ``Steward``.
+
+The loop calls ``Insights.__call__(steward, now, analysis)`` after the rules ran and before
+policy decides. Every ``every_minutes`` it extracts per-workload features from the window and
+runs the anomaly detector and the advice; in between it repeats the findings of the last run
+for the workloads still there, so an advice episode stays open instead of flickering. The
+findings are advice (``RuleAction.ADVISE``): policy turns them into one notice per episode at
+most (``Hold.ADVICE_ONLY``), and they land in the finding episodes the reports read.
+
+It also keeps each workload's lifetime utilisation per GPU (for "request K GPUs") and feeds
+pool demand to the tide step (runtime/tide.py), which plans and scales on its own schedule.
+
+Nothing here may fail the tick: a missing optional dependency becomes a ``notes`` line (logged
+once), any other error is logged and the tick goes on with the rules' findings alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from gpusteward.analysis.advice import Lifetime, advise
+from gpusteward.analysis.anomaly import AnomalyUnavailable, detect
+from gpusteward.analysis.engine import AnalysisResult
+from gpusteward.analysis.features import extract
+from gpusteward.domain.models import Finding, Gpu, Metric, RuleAction, Workload
+from gpusteward.runtime.demand import pool_demand
+from gpusteward.runtime.insights_settings import InsightsSettings
+from gpusteward.runtime.tide import TideStep, build_scalers
+from gpusteward.store.db import StateStore
+from gpusteward.store.window import WindowView
+
+if TYPE_CHECKING:
+    from gpusteward.runtime.config import Settings
+    from gpusteward.runtime.loop import Steward
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Life:
+    """Running sums of one workload's utilisation per GPU since first seen."""
+
+    incarnation: str
+    util_sum: dict[str, float] = field(default_factory=dict)
+    util_minutes: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Lifetimes:
+    """Per workload, the utilisation of each GPU over the life gpusteward has seen (in memory:
+    a restart starts counting again)."""
+
+    _lives: dict[str, _Life] = field(default_factory=dict)
+    _last: datetime | None = None
+
+    def update(self, view: WindowView, workloads: Sequence[Workload], now: datetime) -> None:
+        """Add the time since the last update (the whole window the first time: it holds each
+        GPU's current holder's history only)."""
+        if self._last is not None and now <= self._last:
+            return
+        span = view.window_s if self._last is None else min((now - self._last).total_seconds(), view.window_s)
+        self._last = now
+        util = view.mean(Metric.GPU_UTIL, span)
+        cov = view.coverage(Metric.GPU_UTIL, span)
+        alive = set()
+        for w in workloads:
+            alive.add(w.id)
+            life = self._lives.get(w.id)
+            if life is None or life.incarnation != w.incarnation:
+                life = self._lives[w.id] = _Life(w.incarnation)
+            for u in w.gpu_uuids:
+                i = view.index_of(u)
+                if i is None or not math.isfinite(util[i]) or not cov[i] > 0:
+                    continue  # no data: neither used nor unused
+                m = float(cov[i]) * span / 60.0
+                life.util_sum[u] = life.util_sum.get(u, 0.0) + float(util[i]) * m
+                life.util_minutes[u] = life.util_minutes.get(u, 0.0) + m
+        for gone in set(self._lives) - alive:
+            del self._lives[gone]
+
+    def snapshot(self) -> dict[str, Lifetime]:
+        return {
+            wid: Lifetime(
+                wid,
+                observed_hours=max(life.util_minutes.values(), default=0.0) / 60.0,
+                util_mean={u: life.util_sum[u] / m for u, m in life.util_minutes.items() if m > 0},
+            )
+            for wid, life in self._lives.items()
+        }
+
+
+@dataclass
+class Insights:
+    """The Steward's ``insights`` hook."""
+
+    settings: InsightsSettings
+    tide: TideStep | None = None
+    stale_after_s: float = 180.0
+    lifetimes: Lifetimes = field(default_factory=Lifetimes)
+    #: Why a part is not running (a missing optional dependency), for `scan` and the logs.
+    notes: list[str] = field(default_factory=list)
+    _cache: tuple[Finding, ...] = ()
+    _last_run: datetime | None = None
+
+    def __call__(self, steward: Steward, now: datetime, analysis: AnalysisResult) -> AnalysisResult:
+        try:
+            view = steward.window.view(now)
+            workloads = list(steward.workloads.values())
+            extra = self.findings(view, steward.gpus, workloads, now, analysis.findings)
+            if self.tide is not None:
+                self._tide(view, steward.gpus, workloads, now)
+        except Exception:
+            log.exception("insights failed; the tick goes on with the rules' findings")
+            return analysis
+        if not extra:
+            return analysis
+        # Analysis findings are sorted by rule, then workload: keep that order.
+        merged = sorted(
+            (*analysis.findings, *extra), key=lambda f: (f.rule, f.workload_id or "", f.gpu_uuids)
+        )
+        return replace(analysis, findings=tuple(merged))
+
+    def findings(
+        self,
+        view: WindowView,
+        gpus: Mapping[str, Gpu],
+        workloads: Sequence[Workload],
+        now: datetime,
+        rule_findings: Sequence[Finding] = (),
+    ) -> tuple[Finding, ...]:
+        """This tick's anomaly and advice findings (fresh every ``every_minutes``, else repeated)."""
+        s = self.settings
+        if not s.enabled:
+            return ()
+        self.lifetimes.update(view, workloads, now)
+        due = self._last_run is None or now - self._last_run >= timedelta(minutes=s.every_minutes)
+        if due:
+            self._last_run = now
+            self._cache = self._run(view, gpus, workloads, now, rule_findings)
+        running = {w.id for w in workloads}
+        # A workload a reclaim rule already names needs no advice on top (its notices say more).
+        reclaim = {f.workload_id for f in rule_findings if f.action is RuleAction.RECLAIM}
+        return tuple(
+            replace(f, at=now)
+            for f in self._cache
+            if f.workload_id in running and f.workload_id not in reclaim
+        )
+
+    def _run(
+        self,
+        view: WindowView,
+        gpus: Mapping[str, Gpu],
+        workloads: Sequence[Workload],
+        now: datetime,
+        rule_findings: Sequence[Finding],
+    ) -> tuple[Finding, ...]:
+        s = self.settings
+        table = extract(
+            view, gpus, workloads, window_s=s.window_minutes * 60, stale_after_s=self.stale_after_s
+        )
+        out: list[Finding] = []
+        if s.anomalies:
+            try:
+                result = detect(table, now, s.anomaly())
+                out.extend(result.findings)
+            except AnomalyUnavailable as e:
+                self._note(str(e))
+        # The rule pack's window-based advice already covers these workloads: say it once.
+        advised = {f.workload_id for f in rule_findings if f.kind == "overprovisioned"}
+        for f in advise(table, self.lifetimes.snapshot(), gpus, now, s.advice.thresholds()):
+            if not (f.rule == "right-size-gpus" and f.workload_id in advised):
+                out.append(f)
+        return tuple(out)
+
+    def _tide(
+        self, view: WindowView, gpus: Mapping[str, Gpu], workloads: Sequence[Workload], now: datetime
+    ) -> None:
+        tide = self.tide
+        assert tide is not None
+        measures = {p.demand for p in tide.settings.pools}
+        demand: dict[str, float] = {}
+        for measure in measures:
+            got = pool_demand(view, gpus, workloads, measure=measure, window_s=min(300.0, view.window_s))
+            demand.update(
+                {p.name: got[p.name] for p in tide.settings.pools if p.demand == measure and p.name in got}
+            )
+        tide.observe(now, demand)
+        if tide.due(now):
+            for o in tide.step(now, demand):
+                if o.status == "unavailable":
+                    self._note(o.detail)
+                elif o.status in ("scaled", "planned", "failed"):
+                    log.info("tide %s: %s", o.pool, o.detail)
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+            log.warning("%s", text)
+
+
+def build_insights(settings: Settings, store: StateStore | None) -> Insights | None:
+    """The hook for ``settings`` (None when both insights and forecasting are off)."""
+    tide = None
+    if settings.forecast.enabled and settings.forecast.pools:
+        tide = TideStep(settings.forecast, build_scalers(settings), store, dry_run=settings.dry_run)
+    if not settings.insights.enabled and tide is None:
+        return None
+    return Insights(settings.insights, tide, stale_after_s=settings.analysis.stale_after_seconds)
