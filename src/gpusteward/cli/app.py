@@ -16,11 +16,20 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpusteward.analysis.rules import compile_rules, load_rule_pack
 from gpusteward.cli import views
+from gpusteward.cli.approvals import approvals_app
+from gpusteward.cli.audit import audit_app
 from gpusteward.cli.backtest import backtest as backtest_command
+from gpusteward.cli.db import db_app
 from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.cli.exporter import exporter as exporter_command
+from gpusteward.cli.forecast import advise_command, forecast_command
+from gpusteward.cli.kubernetes import restore as restore_command
 from gpusteward.cli.report import report as report_command
 from gpusteward.cli.slurm import slurm_app
+from gpusteward.cli.snooze import snooze as snooze_command
+from gpusteward.cli.snooze import unsnooze as unsnooze_command
+from gpusteward.cli.web import serve as serve_command
+from gpusteward.cli.web import token_app, web_for_run
 from gpusteward.runtime import demo as demo_mod
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.loop import StopFlag
@@ -45,6 +54,17 @@ app.add_typer(slurm_app, name="slurm")
 app.command("exporter")(exporter_command)
 app.command("backtest")(backtest_command)
 app.command("report")(report_command)
+# Issue 7: approvals, snooze, the audit chain, schema migrations.
+app.add_typer(audit_app, name="audit")
+app.add_typer(approvals_app, name="approvals")
+app.add_typer(db_app, name="db")
+app.command("snooze")(snooze_command)
+app.command("unsnooze")(unsnooze_command)
+app.command("restore")(restore_command)
+app.command("forecast")(forecast_command)
+app.command("advise")(advise_command)
+app.command("serve")(serve_command)
+app.add_typer(token_app, name="token")
 
 out = Console(soft_wrap=True)
 
@@ -142,6 +162,14 @@ def run(
             "(default: server.listen; none when unset)."
         ),
     ] = None,
+    web: Annotated[
+        bool,
+        typer.Option(
+            "--web",
+            help="Also serve the web admin and its JSON API beside the loop, on --listen, server.listen "
+            "or web.listen (log in with a token from `gpusteward token create`).",
+        ),
+    ] = False,
 ) -> None:
     """Run the loop continuously: a tick every `tick_seconds` (default 30 s).
 
@@ -163,7 +191,14 @@ def run(
             f"tick={settings.tick_seconds:g}s state={settings.store.url}",
             highlight=False,
         )
-        ticks = run_with_server(steward, settings, stop, listen=listen, max_ticks=max_ticks)
+        ticks = run_with_server(
+            steward,
+            settings,
+            stop,
+            listen=listen,
+            max_ticks=max_ticks,
+            web=web_for_run(settings, steward.store) if web else None,
+        )
         err.print(f"stopped after {ticks} tick(s)")
 
 
@@ -202,23 +237,6 @@ def explain(
         _print_json(history)
         return
     views.print_explain(out, history)
-
-
-@app.command()
-def audit(
-    config: ConfigOpt = None,
-    limit: Annotated[int, typer.Option(help="How many recent actions.")] = 50,
-    workload: Annotated[str | None, typer.Option(help="Only this workload.")] = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """List recent actions: when, which workload, which step, and how it ended."""
-    with exit_on_errors():
-        store = _store(_settings(config))
-        actions = store.actions(limit=limit, workload_id=workload)
-    if json_out:
-        _print_json([views.action_json(a) for a in actions])
-        return
-    views.print_actions(out, actions)
 
 
 @app.command()

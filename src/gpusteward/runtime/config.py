@@ -17,8 +17,12 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from gpusteward.analysis.cost import PriceTable
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.yamlload import config_error, load_yaml
+from gpusteward.notify.settings import NotifySettings
 from gpusteward.policy.settings import PolicySettings
+from gpusteward.runtime.insights_settings import ForecastSettings, InsightsSettings
 from gpusteward.runtime.server.settings import ServerSettings
+from gpusteward.runtime.web_settings import WebSettings
+from gpusteward.sensing.kubernetes.settings import KubernetesSourceSettings
 from gpusteward.sensing.nvml.settings import NvmlSourceSettings
 from gpusteward.sensing.prometheus.settings import PrometheusSourceSettings
 from gpusteward.sensing.replay.settings import ReplaySettings
@@ -49,11 +53,13 @@ class SimSourceSettings(_Section):
 class SourceSettings(_Section):
     name: str = Field(
         "sim",
-        description="Which source senses the cluster: sim (built in), nvml, prometheus, slurm, replay.",
+        description="Which source senses the cluster: sim (built in), nvml, prometheus, slurm, kubernetes, "
+        "replay.",
     )
     sim: SimSourceSettings = Field(default_factory=SimSourceSettings)
     prometheus: PrometheusSourceSettings = Field(default_factory=PrometheusSourceSettings)
     slurm: SlurmSourceSettings = Field(default_factory=SlurmSourceSettings)
+    kubernetes: KubernetesSourceSettings = Field(default_factory=KubernetesSourceSettings)
     nvml: NvmlSourceSettings = Field(default_factory=NvmlSourceSettings)
     replay: ReplaySettings = Field(default_factory=ReplaySettings)
     backoff_max_seconds: float = Field(
@@ -120,6 +126,10 @@ class Settings(BaseSettings):
     cost: PriceTable = Field(default_factory=PriceTable)
     server: ServerSettings = Field(default_factory=ServerSettings)
     ha: HaSettings = Field(default_factory=HaSettings)
+    forecast: ForecastSettings = Field(default_factory=ForecastSettings)
+    insights: InsightsSettings = Field(default_factory=InsightsSettings)
+    web: WebSettings = Field(default_factory=WebSettings)
+    notify: NotifySettings = Field(default_factory=NotifySettings)
 
     @classmethod
     def settings_customise_sources(

@@ -12,10 +12,15 @@ from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import Observation
 from gpusteward.domain.ports import Clock, Notifier, SystemClock
 from gpusteward.execution.base import ActionRunner
-from gpusteward.notify import LogNotifier
+from gpusteward.notify.throttle import ThrottledNotifier
+from gpusteward.policy.owner import check_calendar
 from gpusteward.runtime.adapters import Adapters
 from gpusteward.runtime.config import Settings
+from gpusteward.runtime.insights import build_insights
+from gpusteward.runtime.kubernetes_wiring import kubernetes_adapters
+from gpusteward.runtime.leadership import build_leadership
 from gpusteward.runtime.loop import Steward
+from gpusteward.runtime.notify_wiring import build_notifier
 from gpusteward.runtime.nvml_wiring import nvml_adapters
 from gpusteward.runtime.prometheus_wiring import prometheus_adapters
 from gpusteward.runtime.replay import replay_adapters
@@ -58,6 +63,7 @@ SOURCES: dict[str, Callable[[Settings, Clock], Adapters]] = {
     "nvml": nvml_adapters,
     "prometheus": prometheus_adapters,
     "slurm": slurm_adapters,
+    "kubernetes": kubernetes_adapters,
     "replay": replay_adapters,
 }
 
@@ -84,6 +90,10 @@ def build_adapters(settings: Settings, clock: Clock, source_name: str | None = N
     return factory(settings, clock)
 
 
+def _source_notifier(adapters: Adapters, notifier: Notifier) -> Notifier:
+    return adapters.wrap_notifier(notifier) if adapters.wrap_notifier is not None else notifier
+
+
 def build_steward(
     settings: Settings,
     *,
@@ -98,8 +108,10 @@ def build_steward(
 
     ``adapters`` replaces the configured source (a restarted agent watching the same cluster).
     """
+    guard_clock_jumps = clock is None  # simulated clocks move wall time on purpose
     clock = clock or SystemClock()
     rules = load_rules(settings)
+    check_calendar(settings.policy.working_hours)
     adapters = adapters or build_adapters(settings, clock, source_name)
     if store is None:
         store = StateStore(settings.store.url)
@@ -107,7 +119,16 @@ def build_steward(
     interval = settings.tick_seconds
     window = WindowStore(window_s=settings.store.window_minutes * 60, interval_s=interval)
     runner = ActionRunner(
-        store, adapters.executors, notifier or LogNotifier(), clock, dry_run=settings.dry_run
+        store,
+        adapters.executors,
+        ThrottledNotifier(
+            _source_notifier(adapters, notifier or build_notifier(settings, store)),
+            store,
+            settings.policy.notices,
+        ),
+        clock,
+        dry_run=settings.dry_run,
+        approval=settings.policy.approval,
     )
     steward = Steward(
         source=adapters.source,
@@ -121,6 +142,9 @@ def build_steward(
         stale_after_s=settings.analysis.stale_after_seconds,
         backoff_max_s=settings.source.backoff_max_seconds,
     )
+    steward.insights = build_insights(settings, store)
+    steward.leadership = build_leadership(settings, store)
+    steward.guard_clock_jumps = guard_clock_jumps
     if backfill:
         now = clock.now()
         start = now - timedelta(minutes=settings.store.window_minutes)
