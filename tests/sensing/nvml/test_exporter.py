@@ -91,6 +91,9 @@ def test_per_process_metrics_carry_who_and_where(
         "research",
     )
     assert len(pod.labels["container"]) == 12
+    # The pod's UID comes from the cgroup path, whatever the container's environment says.
+    assert pod.labels["pod_uid"] == "6e7520b1-f6e3-45bd-8673-1d64d102fedf"
+    assert slurm.labels["pod_uid"] == ""
     assert pod.labels["command"] == "memhog"
     burn = one(used, pid="11345")
     assert burn.value == 15690 * MIB

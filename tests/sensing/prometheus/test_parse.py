@@ -231,8 +231,23 @@ def test_build_workloads_groups_gpus_by_holder() -> None:
     by = {w.id: w for w in ws}
     assert by["pod/ns/p"].gpu_uuids == ("g1", "g2")
     assert by["pod/ns/p"].ref["node"] == "n1"
+    assert "pod_uid" not in by["pod/ns/p"].ref  # no label, no claim
     assert by["job/9"].ref["job_id"] == "9"
     assert by["job/9"].gpus_requested == 1
+
+
+def test_pod_uid_label_reaches_the_workload_ref() -> None:
+    """gpusteward's exporter labels a process with its pod's UID (from the cgroup): the
+    Kubernetes source joins by it even where the container has no POD_NAME."""
+    from datetime import UTC, datetime
+
+    uid = "6e7520b1-f6e3-45bd-8673-1d64d102fedf"
+    h = identify_holder({"pod": "p", "namespace": "ns", "pod_uid": uid}, LM, None)
+    assert h is not None
+    assert h.pod_uid == uid
+    t = datetime(2024, 1, 1, tzinfo=UTC)
+    (w,) = build_workloads({"g1": h}, {"pod/ns/p": t}, {"g1": "n1"})
+    assert w.ref["pod_uid"] == uid
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 16, 17, 100, 255, 256, 1000])

@@ -56,12 +56,15 @@ def team_of(info: ProcInfo | None, user: str, teams: Mapping[str, str]) -> str:
 def attribution_labels(info: ProcInfo | None) -> dict[str, str]:
     """Where a process runs, as the exporter labels it: empty strings when not known."""
     if info is None:
-        return {"user": "", "container": "", "pod": "", "namespace": "", "slurm_job": ""}
+        return {"user": "", "container": "", "pod": "", "namespace": "", "pod_uid": "", "slurm_job": ""}
     return {
         "user": info.user,
         "container": info.cgroup.container_short,
         "pod": info.pod_name,
         "namespace": info.pod_namespace,
+        # From the cgroup path: joins the pod with the API server's object even where the
+        # container sets no POD_NAME / POD_NAMESPACE environment.
+        "pod_uid": info.cgroup.pod_uid,
         "slurm_job": info.slurm_job,
     }
 

@@ -103,6 +103,7 @@ class LabelMap:
     mig_profile: tuple[str, ...] = ("GPU_I_PROFILE",)
     pod: tuple[str, ...] = ("exported_pod", "pod", "pod_name")
     namespace: tuple[str, ...] = ("exported_namespace", "namespace", "pod_namespace")
+    pod_uid: tuple[str, ...] = ("exported_pod_uid", "pod_uid")
     container: tuple[str, ...] = ("exported_container", "container", "container_name")
     job: tuple[str, ...] = ("hpc_job", "jobid", "slurm_job")
     user: tuple[str, ...] = ("user", "username")
@@ -144,6 +145,7 @@ class Holder:
     namespace: str = ""
     container: str = ""
     user: str = ""
+    pod_uid: str = ""
 
 
 def _node(labels: Mapping[str, str], lm: LabelMap) -> str:
@@ -190,7 +192,8 @@ def identify_holder(
     if pod and not (ignore_pods is not None and ignore_pods.fullmatch(pod)):
         ns = first_label(labels, lm.namespace)
         wid = f"pod/{ns}/{pod}" if ns else f"pod/{pod}"
-        return Holder(WorkloadKind.POD, wid, pod, ns, first_label(labels, lm.container), user)
+        container = first_label(labels, lm.container)
+        return Holder(WorkloadKind.POD, wid, pod, ns, container, user, first_label(labels, lm.pod_uid))
     job = first_label(labels, lm.job)
     if job:
         return Holder(WorkloadKind.JOB, f"job/{job}", job, user=user)
@@ -393,6 +396,8 @@ def build_workloads(
         ref = {"node": node_of.get(uuids[0], "")}
         if h.kind is WorkloadKind.POD:
             ref.update(namespace=h.namespace, pod=h.name, container=h.container)
+            if h.pod_uid:
+                ref["pod_uid"] = h.pod_uid
         else:
             ref["job_id"] = h.name
         out.append(
