@@ -29,8 +29,8 @@ from gpusteward.analysis.forecast import bucket, errors, fit, forecast
 from gpusteward.runtime.demand import load_demand_csv
 
 HELIOS = (
-    Path(__file__).resolve().parents[2]
-    / "shared/data/traces/helios_sensetime_artifact/earth_vc3sl_cluster_sequence_vc_2020-05_per_minute.csv"
+    Path(__file__).resolve().parents[1]
+    / "tests/fixtures/traces/earth_vc3sl_cluster_sequence_vc_2020-05_per_minute.csv.gz"
 )
 
 

@@ -11,8 +11,6 @@ pytest.importorskip("statsmodels")
 
 def test_bench_prints_model_and_baseline_measured_in_the_same_run(load_bench, capsys) -> None:
     bench = load_bench("forecast")
-    if not bench.HELIOS.exists():
-        pytest.skip("shared Helios trace not present")
     out = bench.main(
         ["--days", "5", "--warmup-days", "3", "--every-hours", "3", "--simulations", "50", "--json"]
     )

@@ -25,8 +25,8 @@ pytest.importorskip("statsmodels")
 STEP = 900.0  # 15 minutes
 DAY = 96
 HELIOS = (
-    Path(__file__).resolve().parents[3]
-    / "shared/data/traces/helios_sensetime_artifact/earth_vc3sl_cluster_sequence_vc_2020-05_per_minute.csv"
+    Path(__file__).resolve().parents[1]
+    / "fixtures/traces/earth_vc3sl_cluster_sequence_vc_2020-05_per_minute.csv.gz"
 )
 # 2020-05-04 00:00 UTC, a Monday: the weekly pattern below starts on a weekday.
 T0 = 1_588_550_400.0
@@ -152,7 +152,6 @@ def test_seasonal_naive_is_the_same_time_yesterday() -> None:
     assert list(seasonal_naive(s, 3)) == [DAY, DAY + 1, DAY + 2]
 
 
-@pytest.mark.skipif(not HELIOS.exists(), reason="shared Helios trace not present")
 def test_helios_two_hours_ahead_beats_same_time_yesterday() -> None:
     from gpusteward.runtime.demand import load_demand_csv
 

@@ -18,8 +18,8 @@ FIXTURE = (
     / "fixtures/replay/earth_vc3sl_cluster_sequence_vc_2020-05_240_minutes.csv"
 )
 HELIOS = (
-    Path(__file__).resolve().parents[3]
-    / "shared/data/traces/helios_sensetime_artifact/earth_vc3sl_cluster_sequence_vc_2020-05_per_minute.csv"
+    Path(__file__).resolve().parents[1]
+    / "fixtures/traces/earth_vc3sl_cluster_sequence_vc_2020-05_per_minute.csv.gz"
 )
 
 
@@ -48,7 +48,6 @@ def test_forecast_a_short_helios_slice_as_json() -> None:
     assert all(0 <= v <= 64 * 1.5 for v in fc["upper"])  # 64 GPUs in this virtual cluster
 
 
-@pytest.mark.skipif(not HELIOS.exists(), reason="shared Helios trace not present")
 def test_forecast_from_a_point_in_the_month_with_windows_and_chart(env: Path) -> None:
     svg = env / "fc.svg"
     until = "2020-05-16T00:00:00"

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import uuid
 from pathlib import Path
 from typing import Any
 
 from k8s_fakeapi import FakeCluster
 
-DATA = Path(os.environ.get("GPUSTEWARD_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
-K8S = DATA / "kubernetes"
+# Verbatim copies of ../shared/data/kubernetes (see its README): a clone runs without the shared folder.
+K8S = Path(__file__).resolve().parents[1] / "fixtures" / "kubernetes"
 Obj = dict[str, Any]
 
 NODE_1, NODE_2 = "gpu-node-1", "gpu-node-2"

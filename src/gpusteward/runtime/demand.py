@@ -9,6 +9,7 @@ keeps its history (and the file is the same CSV shape ``gpusteward forecast --tr
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -48,11 +49,12 @@ class DemandTable:
 
 
 def load_demand_csv(path: str | Path, column: str | None = None) -> DemandTable:
-    """``time`` (or ``timestamp``) and one numeric column of a CSV. An empty cell is missing data.
-    Bad input is a ``ConfigError`` naming the file, the line and the problem."""
+    """``time`` (or ``timestamp``) and one numeric column of a CSV (``.csv.gz`` too). An empty
+    cell is missing data. Bad input is a ``ConfigError`` naming the file, the line and the problem."""
     name = str(path)
     try:
-        with Path(path).open(newline="", encoding="utf-8") as fh:
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(path, "rt", newline="", encoding="utf-8") as fh:
             rows = csv.reader(fh)
             header = [h.strip() for h in next(rows, [])]
             if not header:
