@@ -1,4 +1,4 @@
-"""The test cluster, built from real API objects in ../shared/data/kubernetes.
+"""The test cluster, built from real API objects (tests/fixtures/kubernetes, from ../shared/data).
 
 - ``kubeiql_real_cluster_exports`` (CATechnologiesTest/kubeiql testdata, Apache-2.0): real
   ``kubectl get -o json`` exports of a Deployment, its ReplicaSet and Pod, and a StatefulSet pod.

@@ -13,6 +13,8 @@ import yaml
 from test_source import parts_for
 
 from gpusteward.domain.models import Decision, Level
+from gpusteward.execution.kubernetes.nodes import KubernetesNodeControl
+from gpusteward.execution.parking import NodeParkingExecutor, node_workload
 from gpusteward.runtime.config import load_settings
 from gpusteward.runtime.kubernetes_wiring import lease_leadership, restore_workload
 from gpusteward.sim import SimClock
@@ -138,6 +140,13 @@ def test_rbac_is_exactly_what_the_code_calls(api_client: Any, metrics: Any, clus
         )
         assert lease.acquire()
         assert lease.acquire()
+        # L4 parking: list, cordon (get + patch), verify, uncordon.
+        nodes = KubernetesNodeControl(parts.api)
+        parker = NodeParkingExecutor(nodes)
+        node_w = node_workload("gpu-node-1", ["GPU-nb"], "kubernetes")
+        for step in ("park-node", "unpark-node"):
+            assert parker.execute(Decision(node_w.id, NOW, Level.INFRA, step, "idle"), node_w).verified
+        assert nodes.unschedulable() == {}
     finally:
         parts.source.close()
     used = set()

@@ -24,6 +24,7 @@ from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.cli.exporter import exporter as exporter_command
 from gpusteward.cli.forecast import advise_command, forecast_command
 from gpusteward.cli.kubernetes import restore as restore_command
+from gpusteward.cli.parked import parked as parked_command
 from gpusteward.cli.report import report as report_command
 from gpusteward.cli.slurm import slurm_app
 from gpusteward.cli.snooze import snooze as snooze_command
@@ -65,6 +66,7 @@ app.command("forecast")(forecast_command)
 app.command("advise")(advise_command)
 app.command("serve")(serve_command)
 app.add_typer(token_app, name="token")
+app.command("parked")(parked_command)
 
 out = Console(soft_wrap=True)
 

@@ -82,6 +82,8 @@ class WorkloadKind(StrEnum):
     JOB = "job"
     POD = "pod"
     PROCESS = "process"
+    #: A whole node, as L4 parking (cordon / drain) sees it: ``Workload(id="node:<name>")``.
+    NODE = "node"
 
 
 @dataclass(frozen=True, slots=True)

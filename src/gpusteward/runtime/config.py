@@ -18,6 +18,7 @@ from gpusteward.analysis.cost import PriceTable
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.yamlload import config_error, load_yaml
 from gpusteward.notify.settings import NotifySettings
+from gpusteward.policy.parking_settings import ParkingSettings
 from gpusteward.policy.settings import PolicySettings
 from gpusteward.runtime.insights_settings import ForecastSettings, InsightsSettings
 from gpusteward.runtime.server.settings import ServerSettings
@@ -127,6 +128,7 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     ha: HaSettings = Field(default_factory=HaSettings)
     forecast: ForecastSettings = Field(default_factory=ForecastSettings)
+    parking: ParkingSettings = Field(default_factory=ParkingSettings)
     insights: InsightsSettings = Field(default_factory=InsightsSettings)
     web: WebSettings = Field(default_factory=WebSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)

@@ -100,6 +100,8 @@ class Steward:
     ledger: LedgerRecorder | None = None
     #: Adds findings after the rules (anomalies, advice, the tide): runtime/insights.py.
     insights: Callable[[Steward, datetime, AnalysisResult], AnalysisResult] | None = None
+    #: L4 parking of idle nodes, run by the leader after the actions: runtime/parking.py.
+    parking: Callable[[Steward, datetime], Sequence[ActionResult]] | None = None
     #: Who may act when two replicas run (None: this one always does).
     leadership: Leadership | None = None
     #: Shift stored ladder times by a wall-clock step (on with the system clock; simulated
@@ -207,6 +209,8 @@ class Steward:
         if not paused:
             # Failed steps come back after their backoff, only while the waste still holds.
             actions += self.runner.retry(now, workloads, wasting)
+        if self.parking is not None:
+            actions += self.parking(self, now)
         flush = getattr(self.runner.notifier, "flush", None)
         if callable(flush):
             flush(now)  # a throttling notifier sends yesterday's digests

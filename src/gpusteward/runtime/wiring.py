@@ -22,6 +22,7 @@ from gpusteward.runtime.leadership import build_leadership
 from gpusteward.runtime.loop import Steward
 from gpusteward.runtime.notify_wiring import build_notifier
 from gpusteward.runtime.nvml_wiring import nvml_adapters
+from gpusteward.runtime.parking import build_parking
 from gpusteward.runtime.prometheus_wiring import prometheus_adapters
 from gpusteward.runtime.replay import replay_adapters
 from gpusteward.runtime.slurm import slurm_adapters
@@ -143,6 +144,7 @@ def build_steward(
         backoff_max_s=settings.source.backoff_max_seconds,
     )
     steward.insights = build_insights(settings, store)
+    steward.parking = build_parking(settings, adapters, runner)
     steward.leadership = build_leadership(settings, store)
     steward.guard_clock_jumps = guard_clock_jumps
     if backfill:

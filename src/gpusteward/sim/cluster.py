@@ -77,6 +77,8 @@ class SimCluster:
         #: GPU uuids whose exporter is stuck: they repeat their last sample, old ``at`` and all.
         self.stale_gpus: set[str] = set(stale_gpus)
         self.events: list[Event] = []
+        #: Nodes out of scheduling (L4 parking), by name: (reason, since). No new job lands there.
+        self.parked_nodes: dict[str, tuple[str, datetime]] = {}
 
         self.gpus = tuple(
             Gpu(f"GPU-sim-{n:02d}-{i}", f"sim-node-{n:02d}", i, gpu_model, memory_total_mib)
@@ -181,9 +183,10 @@ class SimCluster:
             return
         gpn = self.gpus_per_node
         free = [sum(h is None for h in self._holder[n * gpn : (n + 1) * gpn]) for n in range(self.nodes)]
+        parked = {n for n in range(self.nodes) if self.gpus[n * gpn].node in self.parked_nodes}
         waiting: list[Arrival] = []
         for arrival in self._queue:
-            fits = [n for n in range(self.nodes) if free[n] >= arrival.gpus]
+            fits = [n for n in range(self.nodes) if free[n] >= arrival.gpus and n not in parked]
             if not fits:
                 waiting.append(arrival)
                 continue
@@ -230,6 +233,15 @@ class SimCluster:
 
     def _event(self, t: float, run: Run, kind: str, detail: str = "") -> None:
         self.events.append(Event(self._dt(t), run.workload.id, kind, detail))
+
+    def park_node(self, node: str, reason: str, at: datetime) -> None:
+        """Take ``node`` out of scheduling (cordon/drain): what runs there goes on, nothing new starts."""
+        self.parked_nodes.setdefault(node, (reason, at))
+
+    def unpark_node(self, node: str) -> None:
+        """Put ``node`` back into scheduling; queued arrivals that fit start at once."""
+        if self.parked_nodes.pop(node, None) is not None:
+            self._place(self._t)
 
     @property
     def queued(self) -> int:

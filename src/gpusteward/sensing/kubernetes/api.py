@@ -228,6 +228,20 @@ class KubeApi:
             body=body,
         )
 
+    # -- nodes (L4 parking: cordon / uncordon) -----------------------------------------------
+
+    def get_node(self, name: str) -> Reply:
+        return self._call(f"get node {name}", self.core.read_node, name)
+
+    def list_nodes(self) -> Reply:
+        return self._call("list nodes", self.core.list_node)
+
+    def patch_node(self, name: str, body: Mapping[str, Any]) -> Reply:
+        """A JSON merge patch of a Node; ``metadata.resourceVersion`` in it is a precondition (409)."""
+        return self._call(
+            f"patch node {name}", self.core.patch_node, name, dict(body), _content_type=MERGE_PATCH
+        )
+
     # -- list and watch -----------------------------------------------------------------
 
     def list_fn(self, res: ResourceLike) -> Any:
