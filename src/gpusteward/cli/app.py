@@ -48,25 +48,15 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Markdown: docstrings wrap to the terminal (a single line break is not a new line).
+    rich_markup_mode="markdown",
 )
 rules_app = typer.Typer(help="Work with rule packs (YAML files of waste rules).", no_args_is_help=True)
-app.add_typer(rules_app, name="rules")
-app.add_typer(slurm_app, name="slurm")
-app.command("exporter")(exporter_command)
-app.command("backtest")(backtest_command)
-app.command("report")(report_command)
-# Issue 7: approvals, snooze, the audit chain, schema migrations.
-app.add_typer(audit_app, name="audit")
-app.add_typer(approvals_app, name="approvals")
-app.add_typer(db_app, name="db")
-app.command("snooze")(snooze_command)
-app.command("unsnooze")(unsnooze_command)
-app.command("restore")(restore_command)
-app.command("forecast")(forecast_command)
-app.command("advise")(advise_command)
-app.command("serve")(serve_command)
-app.add_typer(token_app, name="token")
-app.command("parked")(parked_command)
+# Help panels, in the order `gpusteward --help` shows them (commands are registered at the end).
+START = "Start here"
+LOOK = "Look and explain"
+CONTROL = "Control what it does"
+SETUP = "Set up"
 
 out = Console(soft_wrap=True)
 
@@ -96,7 +86,7 @@ def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
 
-@app.command()
+@app.command(rich_help_panel=START)
 def demo(
     hours: Annotated[float, typer.Option(help="Simulated hours to run.")] = 24.0,
     nodes: Annotated[int, typer.Option(help="Simulated nodes.")] = 8,
@@ -148,7 +138,7 @@ def _progress(*, disable: bool) -> Iterator[Callable[[int, int], None]]:
         yield advance
 
 
-@app.command()
+@app.command(rich_help_panel=START)
 def run(
     config: ConfigOpt = None,
     source: SourceOpt = None,
@@ -204,7 +194,7 @@ def run(
         err.print(f"stopped after {ticks} tick(s)")
 
 
-@app.command()
+@app.command(rich_help_panel=START)
 def scan(config: ConfigOpt = None, source: SourceOpt = None, json_out: JsonOpt = False) -> None:
     """Run one tick and show the findings and what would be done (always dry-run)."""
     with exit_on_errors():
@@ -217,7 +207,7 @@ def scan(config: ConfigOpt = None, source: SourceOpt = None, json_out: JsonOpt =
     views.print_scan(out, report, steward.gpus)
 
 
-@app.command()
+@app.command(rich_help_panel=LOOK)
 def explain(
     workload: Annotated[str, typer.Argument(help="Workload id, or a unique part of it.")],
     config: ConfigOpt = None,
@@ -241,7 +231,7 @@ def explain(
     views.print_explain(out, history)
 
 
-@app.command()
+@app.command(rich_help_panel=CONTROL)
 def pause(
     config: ConfigOpt = None,
     reason: Annotated[str, typer.Option(help="Why (kept in the audit log).")] = "",
@@ -251,7 +241,7 @@ def pause(
     _set_paused(config, True, reason, by)
 
 
-@app.command()
+@app.command(rich_help_panel=CONTROL)
 def resume(
     config: ConfigOpt = None,
     reason: Annotated[str, typer.Option(help="Why (kept in the audit log).")] = "",
@@ -288,3 +278,22 @@ def rules_show(config: ConfigOpt = None) -> None:
 
 def main() -> None:
     app()
+
+
+# Registered after the commands defined above, so each panel lists its commands in this order.
+app.command("serve", rich_help_panel=START)(serve_command)
+app.add_typer(audit_app, name="audit", rich_help_panel=LOOK)
+app.command("report", rich_help_panel=LOOK)(report_command)
+app.command("advise", rich_help_panel=LOOK)(advise_command)
+app.command("forecast", rich_help_panel=LOOK)(forecast_command)
+app.command("backtest", rich_help_panel=LOOK)(backtest_command)
+app.command("parked", rich_help_panel=LOOK)(parked_command)
+app.add_typer(approvals_app, name="approvals", rich_help_panel=CONTROL)
+app.command("snooze", rich_help_panel=CONTROL)(snooze_command)
+app.command("unsnooze", rich_help_panel=CONTROL)(unsnooze_command)
+app.command("restore", rich_help_panel=CONTROL)(restore_command)
+app.add_typer(rules_app, name="rules", rich_help_panel=SETUP)
+app.add_typer(db_app, name="db", rich_help_panel=SETUP)
+app.add_typer(token_app, name="token", rich_help_panel=SETUP)
+app.command("exporter", rich_help_panel=SETUP)(exporter_command)
+app.add_typer(slurm_app, name="slurm", rich_help_panel=SETUP)

@@ -240,8 +240,8 @@ def backtest(
     """Replay a history through the policy, enforcing against a simulated cluster, and judge it.
 
     Reports the waste in the history, the GPU-hours and money the stops would have reclaimed,
-    actions by level, and regrets: stops of workloads the trace shows busy again (>= 10 % for
-    >= 5 min) afterwards, the false kills the policy would have made. Nothing real is touched.
+    actions by level, and regrets: stops of workloads the trace shows busy again (at least 10 %
+    for at least 5 min) afterwards, the false kills the policy would have made. Nothing real is touched.
     """
     with exit_on_errors():
         settings = load_settings(config)

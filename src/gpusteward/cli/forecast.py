@@ -103,7 +103,7 @@ def forecast_command(
     From a CSV (--trace, e.g. the Helios month) or from the configured source's history (a pool's
     demand: its GPUs' utilisation summed). The model is Holt-Winters with daily and weekly
     seasonality (MSTL + damped-trend exponential smoothing); `auto` keeps the seasonality that
-    forecast the last two days best. Needs `pip install 'gpusteward\\[forecast]'`.
+    forecast the last two days best. Needs `pip install 'gpusteward[forecast]'`.
     """
     with exit_on_errors():
         settings = load_settings(config)
