@@ -24,7 +24,9 @@ from gpusteward.domain.errors import ExecutionError, PreflightFailed
 from gpusteward.domain.models import ActionStatus, Decision, Level, Owner, Workload, WorkloadKind
 from gpusteward.domain.ports import SystemClock
 from gpusteward.execution.base import ActionRunner
+from gpusteward.execution.followup import follow_up
 from gpusteward.execution.process import CHECKPOINT_SIGNAL_KEY, ProcessExecutor, parse_signal
+from gpusteward.execution.reconcile import Reconciler
 from gpusteward.notify import MemoryNotifier
 from gpusteward.sensing.nvml.choke import Nvml
 from gpusteward.sensing.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib, FakeProcess
@@ -47,6 +49,14 @@ def save(signum, frame):
     sys.exit(0)
 signal.signal(signal.SIGUSR1, save)
 open(out + ".ready", "w").close()
+time.sleep(120)
+"""
+
+SLOW_SAVER = """
+import signal, sys, time
+signal.signal(signal.SIGUSR1, lambda *a: open(sys.argv[1] + ".ckpt", "a").write("x"))
+signal.signal(signal.SIGTERM, lambda *a: (open(sys.argv[1] + ".term", "w").close(), sys.exit(3)))
+open(sys.argv[1] + ".ready", "w").close()
 time.sleep(120)
 """
 
@@ -362,9 +372,148 @@ def test_the_nvml_source_and_the_runner_stop_a_real_process_end_to_end(
     notifier = MemoryNotifier()
     runner = ActionRunner(store, [ex], notifier, SystemClock(), dry_run=False)
     (result,) = runner.run([decision(w)], {w.id: w})
-    assert result.status is ActionStatus.SUCCEEDED, result.detail
-    assert "(verified)" in result.detail
+    assert result.status is ActionStatus.EXECUTING, result.detail  # begun; completed when due
+    assert child.wait(timeout=10) == 0  # it saved and exited within its grace
     assert Path(f"{base}.ckpt").exists()
-    assert child.wait(timeout=10) == 0
+    (done,) = follow_up(runner, datetime.now(tz=UTC) + timedelta(seconds=ex.grace_s), {w.id: w})
+    assert done.status is ActionStatus.SUCCEEDED, done.detail
+    assert "(verified)" in done.detail
     assert notifier.sent  # the owner was told before the stop
     assert source.observe(datetime.now(tz=UTC)).workloads == ()
+
+
+# --- two-phase L2: the grace never blocks a tick ------------------------------------------------
+
+
+class CountingClock(SystemClock):
+    """The real clock, counting the executor's waits: ``begin`` must not wait at all."""
+
+    def __init__(self) -> None:
+        self.sleeps = 0
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+        super().sleep(seconds)
+
+
+def _until(cond: Callable[[], bool]) -> None:
+    for _ in range(1200):  # a hang guard, not a timing assertion
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition never came true")
+
+
+def test_begin_sends_only_the_checkpoint_signal_and_complete_sends_sigterm(spawn: Spawn, node: Node) -> None:
+    child, base = spawn(SLOW_SAVER)
+    clock = CountingClock()
+    ex = executor(node, clock=clock, grace_s=120.0)
+    w = workload_of(child.pid, **{CHECKPOINT_SIGNAL_KEY: "USR1"})
+    out = ex.begin(decision(w), w)
+    assert (out.ok, out.verified, out.follow_up_after_s) == (True, False, 120.0)
+    assert clock.sleeps == 0  # returned at once: no wait for the grace
+    _until(lambda: Path(f"{base}.ckpt").exists())
+    assert child.poll() is None
+    assert not Path(f"{base}.term").exists()
+    out = ex.complete(decision(w), w)
+    assert child.wait(timeout=10) == 3  # it got SIGTERM (and exits 3 on it)
+    assert Path(f"{base}.term").exists()
+    assert out.verified
+    assert "SIGTERM sent" in out.detail
+    assert Path(f"{base}.ckpt").read_text() == "x"  # one checkpoint signal
+
+
+def test_complete_after_the_process_saved_and_exited_sends_nothing(spawn: Spawn, node: Node) -> None:
+    child, _ = spawn(CHECKPOINTER)
+    ex = executor(node)
+    w = workload_of(child.pid, **{CHECKPOINT_SIGNAL_KEY: "USR1"})
+    assert ex.begin(decision(w), w).follow_up_after_s == ex.grace_s
+    assert child.wait(timeout=10) == 0  # exited by itself on the checkpoint signal
+    out = ex.complete(decision(w), w)
+    assert out.verified
+    assert "exited within the grace" in out.detail
+    assert "SIGTERM" not in out.detail
+
+
+def _stops(
+    spawn: Spawn, node: Node, n: int
+) -> tuple[list[subprocess.Popen[bytes]], list[Path], list[Workload]]:
+    made = [spawn(SLOW_SAVER) for _ in range(n)]
+    ws = [workload_of(c.pid, **{CHECKPOINT_SIGNAL_KEY: "USR1"}) for c, _ in made]
+    return [c for c, _ in made], [b for _, b in made], ws
+
+
+def test_a_tick_with_three_stops_does_not_wait_for_their_grace_and_completes_each_once(
+    spawn: Spawn, node: Node, tmp_path: Path
+) -> None:
+    children, bases, ws = _stops(spawn, node, 3)
+    clock = CountingClock()
+    ex = executor(node, clock=clock, grace_s=120.0, term_wait_s=10.0)
+    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    store.create_schema()
+    runner = ActionRunner(store, [ex], MemoryNotifier(), SystemClock(), dry_run=False)
+    by_id = {w.id: w for w in ws}
+    t0 = datetime.now(tz=UTC)
+    results = runner.run([decision(w) for w in ws], by_id)
+    assert [r.status for r in results] == [ActionStatus.EXECUTING] * 3
+    assert clock.sleeps == 0  # the tick waited for no grace
+    for child, base in zip(children, bases, strict=True):
+        _until(lambda b=base: Path(f"{b}.ckpt").exists())  # type: ignore[misc]
+        assert child.poll() is None
+        assert not Path(f"{base}.term").exists()
+    rows = store.actions()
+    assert {a.status for a in rows} == {ActionStatus.EXECUTING}
+    assert all(a.due_at is not None and a.due_at >= t0 + timedelta(seconds=120) for a in rows)
+    # Pending by design: not a crash leftover for reconciliation.
+    assert Reconciler(runner).unfinished() == []
+    # Not due yet: nothing happens; the same decisions again run nothing twice.
+    assert follow_up(runner, t0 + timedelta(seconds=60), by_id) == []
+    assert runner.run([decision(w) for w in ws], by_id) == []
+    done = follow_up(runner, t0 + timedelta(seconds=121), by_id)
+    assert [r.status for r in done] == [ActionStatus.SUCCEEDED] * 3
+    assert all("(verified)" in r.detail for r in done)
+    assert [c.wait(timeout=10) for c in children] == [3, 3, 3]  # each got its SIGTERM
+    assert all(Path(f"{b}.ckpt").read_text() == "x" for b in bases)  # one checkpoint signal each
+    assert follow_up(runner, t0 + timedelta(seconds=600), by_id) == []  # never twice
+    for w in ws:
+        trail = [r.event for r in store.audit_log(workload_id=w.id) if r.event.startswith("action.")]
+        assert trail == ["action.start", "action.pending", "action.succeeded"]
+    assert all(a.attempts == 1 for a in store.actions())
+
+
+def test_a_restarted_agent_completes_a_pending_stop_once(spawn: Spawn, node: Node, tmp_path: Path) -> None:
+    children, bases, ws = _stops(spawn, node, 1)
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = StateStore(url)
+    store.create_schema()
+    runner = ActionRunner(store, [executor(node)], MemoryNotifier(), SystemClock(), dry_run=False)
+    (begun,) = runner.run([decision(ws[0])], {ws[0].id: ws[0]})
+    assert begun.status is ActionStatus.EXECUTING
+    store.close()  # the agent goes away with its stop pending
+
+    store = StateStore(url)
+    again = ActionRunner(store, [executor(node)], MemoryNotifier(), SystemClock(), dry_run=False)
+    assert Reconciler(again).unfinished() == []  # not re-run from scratch
+    due = datetime.now(tz=UTC) + timedelta(seconds=21)
+    (done,) = follow_up(again, due, {ws[0].id: ws[0]})
+    assert done.status is ActionStatus.SUCCEEDED
+    assert done.action_id == begun.action_id
+    assert children[0].wait(timeout=10) == 3
+    assert follow_up(again, due, {ws[0].id: ws[0]}) == []
+    assert Path(f"{bases[0]}.ckpt").read_text() == "x"
+    store.close()
+
+
+def test_a_pending_stop_whose_workload_is_gone_is_settled_without_signals(
+    spawn: Spawn, node: Node, tmp_path: Path
+) -> None:
+    children, _, ws = _stops(spawn, node, 1)
+    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    store.create_schema()
+    runner = ActionRunner(store, [executor(node)], MemoryNotifier(), SystemClock(), dry_run=False)
+    runner.run([decision(ws[0])], {ws[0].id: ws[0]})
+    children[0].kill()
+    children[0].wait(timeout=10)
+    (done,) = follow_up(runner, datetime.now(tz=UTC) + timedelta(seconds=21), {})
+    assert done.status is ActionStatus.SUCCEEDED
+    assert "gone" in done.detail

@@ -202,3 +202,35 @@ def test_supports_only_its_own_jobs_and_stops():
     assert not ex.supports(replace(w, ref={}), Level.FORCE)
     with pytest.raises(ExecutionError, match="L1"):
         ex.execute(decision(Level.NOTIFY), w)
+
+
+def test_begin_signals_and_returns_at_once_then_complete_cancels():
+    ex, slurm, clock = make(ends_after=None)
+    out = ex.begin(decision(Level.GRACEFUL_STOP), workload())
+    assert slurm.calls == [("signal", "42", "USR1", True)]
+    assert (out.ok, out.verified, out.follow_up_after_s) == (True, False, 60)
+    assert clock.monotonic() == 0  # no wait for the grace
+    out = ex.complete(decision(Level.GRACEFUL_STOP), workload())
+    assert slurm.calls[1:] == [("cancel", "42", False)]
+    assert out.verified
+    assert "still running after the grace: scancel" in out.detail
+
+
+def test_complete_does_not_cancel_a_job_that_ended_within_the_grace():
+    ex, slurm, clock = make(ends_after=5)
+    ex.begin(decision(Level.GRACEFUL_STOP), workload())
+    clock.sleep(60)
+    out = ex.complete(decision(Level.GRACEFUL_STOP), workload())
+    assert slurm.calls == [("signal", "42", "USR1", True)]
+    assert out.verified
+    assert out.released_gpu_uuids == ("GPU-0", "GPU-1")
+    assert "ended within the grace" in out.detail
+
+
+def test_begin_on_an_ended_job_is_done_and_force_is_not_begun():
+    ex, slurm, _ = make()
+    slurm.running = False
+    out = ex.begin(decision(Level.GRACEFUL_STOP), workload())
+    assert (out.verified, out.follow_up_after_s, slurm.calls) == (True, None, [])
+    with pytest.raises(ExecutionError):
+        ex.begin(decision(Level.FORCE), workload())

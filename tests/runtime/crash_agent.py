@@ -1,8 +1,10 @@
-"""The agent the SIGKILL test runs as a real process: ``python crash_agent.py DB PID START TICKS``.
+"""The agent the SIGKILL test runs as a real process: ``python crash_agent.py DB PID START TICKS [hang]``.
 
 The ``nvml`` source over a fake NVML that lists one real process (``PID``) holding 20 GiB at
 0 %, the process executor acting on it for real, and a clock whose wall time moves a minute
-per tick (ladders climb in seconds) while the executor's grace waits take real time.
+per tick (ladders climb in seconds) while the executor's waits take real time. With ``hang`` it
+stops ticking once a graceful stop is under way (begun, its follow-up pending), waiting to be
+killed there.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import sys
 import time
 from datetime import datetime, timedelta
 
+from gpusteward.domain.models import ActionStatus
 from gpusteward.runtime.config import load_settings
 from gpusteward.runtime.nvml_wiring import nvml_adapters
 from gpusteward.runtime.wiring import build_steward
@@ -39,6 +42,7 @@ def main() -> None:
         datetime.fromisoformat(sys.argv[3]),
         int(sys.argv[4]),
     )
+    hang = sys.argv[5:] == ["hang"]
     procs = ProcReader()
 
     def node() -> FakeNode:
@@ -75,6 +79,9 @@ def main() -> None:
             f"tick {i} at {clock.now().isoformat()} findings={len(report.findings)} actions={done}",
             flush=True,
         )
+        if hang and any(a.status is ActionStatus.EXECUTING for a in report.actions):
+            print("graceful stop pending: waiting to be killed", flush=True)
+            time.sleep(600)
         if procs.read(pid) is None and i > 0 and not report.findings:
             print("target gone", flush=True)
             break

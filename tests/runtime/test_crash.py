@@ -1,5 +1,6 @@
 """Crash safety with real processes: the agent is SIGKILLed in the middle of a graceful stop
-(its checkpoint signal sent, the grace not over) and started again on the same state file."""
+(its checkpoint signal sent, the grace not over, the follow-up pending) and started again on the
+same state file."""
 
 from __future__ import annotations
 
@@ -51,11 +52,11 @@ def _until(cond, polls: int = 2400) -> None:
     raise AssertionError("condition never came true")
 
 
-def _agent(db: Path, pid: int, start: str, ticks: int, log: Path) -> subprocess.Popen[bytes]:
+def _agent(db: Path, pid: int, start: str, ticks: int, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     src = str(Path(__file__).parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.Popen(
-        [sys.executable, str(AGENT), str(db), str(pid), start, str(ticks)],
+        [sys.executable, str(AGENT), str(db), str(pid), start, str(ticks), *extra],
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
         env=env,
@@ -66,9 +67,12 @@ def test_sigkill_mid_action_then_restart_loses_and_repeats_nothing(tmp_path: Pat
     child, base = trainer
     db = tmp_path / "state.db"
     start = datetime.now(tz=UTC).isoformat()  # not before the trainer started (start-up grace)
-    first = _agent(db, child.pid, start, 60, tmp_path / "agent1.log")
-    # The graceful stop has begun: the checkpoint signal arrived, the grace is running.
+    log1 = tmp_path / "agent1.log"
+    first = _agent(db, child.pid, start, 60, log1, "hang")
+    # The graceful stop has begun: the checkpoint signal arrived, the grace is running, and the
+    # agent recorded the stop as pending (it then hangs there, so the kill lands mid-stop).
     _until(lambda: Path(f"{base}.usr1").exists() or first.poll() is not None)
+    _until(lambda: "graceful stop pending" in log1.read_text() or first.poll() is not None)
     assert first.poll() is None, (tmp_path / "agent1.log").read_text()
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
@@ -77,6 +81,7 @@ def test_sigkill_mid_action_then_restart_loses_and_repeats_nothing(tmp_path: Pat
     store = StateStore(f"sqlite:///{db}")
     before = {a.step: a for a in store.actions(limit=100)}
     assert before["graceful-stop"].status is ActionStatus.EXECUTING
+    assert before["graceful-stop"].due_at is not None  # pending by design, not a crash leftover
     assert before["warn-1"].status is before["warn-2"].status is ActionStatus.SUCCEEDED
     resume_at = max(a.updated_at for a in before.values()) + timedelta(minutes=1)
 
@@ -85,12 +90,16 @@ def test_sigkill_mid_action_then_restart_loses_and_repeats_nothing(tmp_path: Pat
     assert child.wait(timeout=30) == -signal.SIGTERM, "the interrupted stop was finished"
 
     actions = store.actions(limit=100)
-    # One row per step, none lost, none repeated; the interrupted one finished on its own row.
+    # One row per step, none lost, none repeated; the pending one completed on its own row,
+    # through its follow-up (never begun again: one checkpoint signal, one attempt).
     assert Counter(a.step for a in actions) == {"warn-1": 1, "warn-2": 1, "graceful-stop": 1}
     stop = next(a for a in actions if a.step == "graceful-stop")
-    assert (stop.id, stop.status, stop.attempts) == (before["graceful-stop"].id, ActionStatus.SUCCEEDED, 2)
+    assert (stop.id, stop.status, stop.attempts) == (before["graceful-stop"].id, ActionStatus.SUCCEEDED, 1)
+    assert "SIGTERM" in stop.detail
+    assert "(verified)" in stop.detail
     trail = [r.event for r in store.audit_log(limit=1000) if r.payload.get("key") == stop.idempotency_key]
-    assert trail == ["action.start", "action.interrupted", "action.start", "action.succeeded"]
+    assert trail == ["action.start", "action.pending", "action.succeeded"]
+    assert Path(f"{base}.usr1").read_text() == "x"  # the checkpoint signal was sent once
     # The owner was warned twice before, once about the stop per run of it, never re-warned.
     sent = Counter(n.notice.dedup_key for n in store.notices(limit=100) if n.sent)
     assert sent[before["warn-1"].idempotency_key] == sent[before["warn-2"].idempotency_key] == 1

@@ -251,6 +251,9 @@ class Outcome:
     #: The executor checked afterwards that the effect happened (GPUs released, job gone).
     verified: bool = False
     released_gpu_uuids: tuple[str, ...] = ()
+    #: Set by ``StagedExecutor.begin``: the stop is under way (checkpoint signal sent) and its
+    #: follow-up (``complete``) is due this many seconds from now; the action stays ``executing``.
+    follow_up_after_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +273,9 @@ class Action:
     attempts: int = 0
     detail: str = ""
     gpu_uuids: tuple[str, ...] = ()
+    #: An ``executing`` action with ``due_at`` is a stop under way by design (not a crash
+    #: leftover): its follow-up runs on the first tick at or after this time.
+    due_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

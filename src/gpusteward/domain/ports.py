@@ -68,6 +68,18 @@ class Executor(Protocol):
 
 
 @runtime_checkable
+class StagedExecutor(Executor, Protocol):
+    """An executor whose graceful stop (L2) runs in two phases, so that its grace never blocks a
+    tick: ``begin`` sends the checkpoint signal and returns at once (``Outcome.follow_up_after_s``
+    set); ``complete``, called on a tick once that time has passed, ends what is still running
+    (SIGTERM, ``scancel``) and verifies. Both must be safe to call again."""
+
+    def begin(self, decision: Decision, workload: Workload) -> Outcome: ...
+
+    def complete(self, decision: Decision, workload: Workload) -> Outcome: ...
+
+
+@runtime_checkable
 class Notifier(Protocol):
     """Tells an owner (or admins) something."""
 

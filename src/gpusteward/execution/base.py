@@ -10,6 +10,11 @@ Approvals (``policy.approval``): a step that needs one is held by policy until a
 runner asks for it (``store.request_approval``, an admin notice) and, once approved, marks the
 approval used right before the action is planned. An expired approval never runs. Dry-run asks
 nobody: it previews every step as if approved.
+
+Two-phase graceful stops: an executor that implements ``StagedExecutor`` only *begins* an L2
+stop (the checkpoint signal) and returns at once; the action stays ``executing`` with its
+``due_at`` (audited ``action.pending``), and ``execution.followup`` completes it on a later tick,
+so a tick never waits out a grace period.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from gpusteward.domain.models import (
     Notice,
     Workload,
 )
-from gpusteward.domain.ports import Clock, Executor, Notifier
+from gpusteward.domain.ports import Clock, Executor, Notifier, StagedExecutor
 from gpusteward.notify.templates import notice_for
 from gpusteward.policy.owner import approval_key
 from gpusteward.policy.settings import ApprovalSettings
@@ -206,8 +211,9 @@ class ActionRunner:
         now = self.clock.now()
         self.store.start_action(action.id, now)
         self.store.audit("action.start", now, workload.id, key=decision.idempotency_key, step=decision.step)
+        due: datetime | None = None
         try:
-            status, detail = self._execute(decision, workload)
+            status, detail, due = self._execute(decision, workload)
         except PreflightFailed as e:
             status, detail = ActionStatus.SKIPPED, f"pre-flight: {e}"
         except ExecutionError as e:
@@ -216,19 +222,27 @@ class ActionRunner:
             log.exception("executor crashed on %s", decision.idempotency_key)
             status, detail = ActionStatus.FAILED, f"executor crashed: {type(e).__name__}: {e}"
         done = self.clock.now()
+        if due is not None:
+            self.store.pend_action(action.id, due, detail, done)
+            key = decision.idempotency_key
+            self.store.audit(
+                "action.pending", done, workload.id, key=key, detail=detail, due_at=due.isoformat()
+            )
+            return ActionResult(decision, ActionStatus.EXECUTING, detail, action.id)
         self.store.finish_action(action.id, status, detail, done)
         self.store.audit(
             f"action.{status.value}", done, workload.id, key=decision.idempotency_key, detail=detail
         )
         return ActionResult(decision, status, detail, action.id)
 
-    def _execute(self, decision: Decision, workload: Workload) -> tuple[ActionStatus, str]:
+    def _execute(self, decision: Decision, workload: Workload) -> tuple[ActionStatus, str, datetime | None]:
+        """(status, detail, when its follow-up is due: None unless a two-phase stop began)."""
         if decision.level is Level.NOTIFY:
             notice = notice_for(decision, workload, dry_run=False)
             sent = self._deliver(notice)
             self.store.record_notice(notice, sent=sent)
             held = "" if sent else " (held back for the daily digest: notice limit reached)"
-            return ActionStatus.SUCCEEDED, f"notified {workload.owner.user}{held}"
+            return ActionStatus.SUCCEEDED, f"notified {workload.owner.user}{held}", None
         executor = self.executor_for(workload, decision.level)
         if executor is None:
             raise ExecutionError(f"no executor can {decision.step} a {workload.kind.value}")
@@ -236,12 +250,17 @@ class ActionRunner:
         # Tell the owner first, so the notice arrives even if the stop takes its whole grace.
         notice = notice_for(decision, current, dry_run=False)
         self.store.record_notice(notice, sent=self._deliver(notice))
-        outcome = executor.execute(decision, current)
+        if decision.level is Level.GRACEFUL_STOP and isinstance(executor, StagedExecutor):
+            outcome = executor.begin(decision, current)  # the grace runs on; a later tick completes it
+        else:
+            outcome = executor.execute(decision, current)
         if not outcome.ok:
             raise ExecutionError(outcome.detail)
+        if outcome.follow_up_after_s is not None and not outcome.verified:
+            due = self.clock.now() + timedelta(seconds=outcome.follow_up_after_s)
+            return ActionStatus.EXECUTING, f"{outcome.detail}; follow-up due {due:%H:%M:%S} UTC", due
         verified = outcome.verified or executor.verify(decision, current)
-        suffix = "verified" if verified else "not yet verified; the ladder re-checks next tick"
-        return ActionStatus.SUCCEEDED, f"{outcome.detail} ({suffix})"
+        return ActionStatus.SUCCEEDED, settled(outcome.detail, verified), None
 
     def _preflight(self, decision: Decision, workload: Workload, executor: Executor) -> Workload:
         """Re-check, just before acting, that the decision still applies to the same workload."""
@@ -255,6 +274,12 @@ class ActionRunner:
         if set(decision.gpu_uuids) - set(current.gpu_uuids):
             raise PreflightFailed("workload no longer holds the GPUs in the evidence")
         return current
+
+
+def settled(detail: str, verified: bool) -> str:
+    """The detail of an action that ended with an executor's ``detail``."""
+    suffix = "verified" if verified else "not yet verified; the ladder re-checks next tick"
+    return f"{detail} ({suffix})"
 
 
 def approval_notice(record: ApprovalRecord, workload: Workload, decision: Decision) -> Notice:

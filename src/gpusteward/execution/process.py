@@ -7,9 +7,12 @@ never root's processes unless allowed, never a protected user's. Signals go thro
 pidfd opened *before* the identity check, so a PID reused between the check and the
 signal cannot be hit: the pidfd still names the old, dead process.
 
-L2 blocks the tick for up to ``grace_s`` + ``term_wait_s`` (the checkpoint must be given its
-time); L3 for up to ``kill_wait_s``. Verification asks NVML which PIDs hold which GPUs: a
-stop is verified when the process is gone and none of its GPUs lists it any more.
+L2 runs in two phases (``StagedExecutor``) so that the checkpoint's grace never blocks a tick:
+``begin`` sends the checkpoint signal and returns at once, its follow-up due ``grace_s`` later;
+``complete`` (on a later tick) sends SIGTERM if the process still runs and waits at most
+``term_wait_s``. ``execute`` is both in one call (blocking for the grace), for direct use. L3
+blocks for up to ``kill_wait_s``. Verification asks NVML which PIDs hold which GPUs: a stop is
+verified when the process is gone and none of its GPUs lists it any more.
 """
 
 from __future__ import annotations
@@ -153,6 +156,46 @@ class ProcessExecutor:
                 "NVML cannot list the GPU processes now, so what it holds cannot be confirmed"
             )
         return replace(workload, gpu_uuids=held.get(ident[0], ()))
+
+    def begin(self, decision: Decision, workload: Workload) -> Outcome:
+        """L2, first phase: the checkpoint signal, then return; SIGTERM at once when there is none."""
+        pid, start, info = self._target(decision, workload, Level.GRACEFUL_STOP)
+        if info is None:
+            return self._outcome(workload, f"{workload.id} already exited")
+        ckpt = self._checkpoint_signal(workload, info)
+        if ckpt is None:
+            return self._terminate(workload, pid, start, f"SIGTERM sent to PID {pid} ({info.user})")
+        self._send(pid, start, ckpt)
+        detail = f"{ckpt.name} (checkpoint) sent to PID {pid} ({info.user}); SIGTERM after {self.grace_s:g}s"
+        return Outcome(True, detail, follow_up_after_s=self.grace_s)
+
+    def complete(self, decision: Decision, workload: Workload) -> Outcome:
+        """L2, second phase (the grace is over): SIGTERM if it still runs, a short wait, verify."""
+        try:
+            pid, start, info = self._target(decision, workload, Level.GRACEFUL_STOP)
+        except PreflightFailed as e:
+            if "reused" not in str(e):
+                raise
+            info = None  # the PID now belongs to another process: ours exited
+        if info is None:
+            return self._outcome(workload, f"{workload.id} exited within the grace")
+        return self._terminate(workload, pid, start, f"SIGTERM sent to PID {pid} after the grace")
+
+    def _target(
+        self, decision: Decision, workload: Workload, *levels: Level
+    ) -> tuple[int, int, ProcessFacts | None]:
+        ident = self._ident(workload)
+        if ident is None or decision.level not in levels:
+            raise ExecutionError(
+                f"{decision.level.label} on {workload.id} is not supported by the process executor"
+            )
+        pid, start = ident
+        return pid, start, self._guard(workload, pid, start)
+
+    def _terminate(self, workload: Workload, pid: int, start: int, detail: str) -> Outcome:
+        self._send(pid, start, signal.SIGTERM)
+        self._wait_until(lambda: self._gone(workload), self.term_wait_s)
+        return self._outcome(workload, detail)
 
     def execute(self, decision: Decision, workload: Workload) -> Outcome:
         ident = self._ident(workload)

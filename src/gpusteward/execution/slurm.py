@@ -3,7 +3,10 @@
 L2 (graceful stop): ``scancel --signal=<SIG> --full <job>`` (the batch script and every step
 get it; USR1 by default, per partition or account if configured), then wait up to the grace
 for the job to end by itself, re-reading its state every few seconds, then ``scancel <job>``
-(Slurm's own SIGTERM → KillWait → SIGKILL). L3 (force): ``scancel --full <job>``, or
+(Slurm's own SIGTERM → KillWait → SIGKILL). The runner uses L2 in two phases
+(``StagedExecutor``): ``begin`` sends the checkpoint signal and returns at once, its follow-up
+due after the grace; ``complete`` then cancels the job if it still runs, so no tick waits out a
+grace (``execute`` does both in one blocking call). L3 (force): ``scancel --full <job>``, or
 ``scontrol requeue <job>`` for a requeueable job when so configured.
 
 Nothing is done to a job whose state cannot be read now: that is an ``ExecutionError`` (the
@@ -114,6 +117,37 @@ class SlurmExecutor:
         if decision.level is Level.FORCE:
             return self._force(workload, job)
         return self._graceful(workload, job)
+
+    def begin(self, decision: Decision, workload: Workload) -> Outcome:
+        """L2, first phase: the checkpoint signal; the follow-up is due after the grace."""
+        job = workload.ref.get("job_id", "")
+        if decision.level is not Level.GRACEFUL_STOP:
+            raise ExecutionError(f"{decision.level.label} is not begun in two phases by the Slurm executor")
+        if self._read(workload) is None:
+            return self._ended(workload, f"job {job} already ended")
+        sig = self.signal_for(workload)
+        if not self._call(f"scancel --signal={sig} --full {job}", self.control.signal, job, sig, full=True):
+            return self._ended(workload, f"job {job} ended before SIG{sig}")
+        detail = f"sent SIG{sig} to job {job} (batch script and steps); scancel after {self.grace_s:g} s"
+        return Outcome(True, detail, follow_up_after_s=self.grace_s)
+
+    def complete(self, decision: Decision, workload: Workload) -> Outcome:
+        """L2, second phase (the grace is over): ``scancel`` the job if it still runs, verify."""
+        job = workload.ref.get("job_id", "")
+        if self._read(workload) is None:
+            return self._ended(workload, f"job {job} ended within the grace")
+        self._call(f"scancel {job}", self.control.cancel, job, full=False)
+        gone = self._read(workload) is None
+        return Outcome(
+            True,
+            f"job {job} still running after the grace: scancel (SIGTERM, then SIGKILL after KillWait)",
+            verified=gone,
+            released_gpu_uuids=workload.gpu_uuids if gone else (),
+        )
+
+    @staticmethod
+    def _ended(workload: Workload, detail: str) -> Outcome:
+        return Outcome(True, detail, verified=True, released_gpu_uuids=workload.gpu_uuids)
 
     def _graceful(self, workload: Workload, job: str) -> Outcome:
         sig = self.signal_for(workload)

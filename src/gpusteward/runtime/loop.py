@@ -42,6 +42,7 @@ from gpusteward.domain.models import (
 )
 from gpusteward.domain.ports import Clock, Leadership, Source
 from gpusteward.execution.base import ActionResult, ActionRunner
+from gpusteward.execution.followup import follow_up
 from gpusteward.execution.reconcile import Judgement, Reconciler
 from gpusteward.policy import PolicyInput, PolicySettings, decide
 from gpusteward.policy.owner import ApprovalView, SnoozeView
@@ -204,6 +205,8 @@ class Steward:
             f.workload_id for f in analysis.findings if f.action is RuleAction.RECLAIM and f.workload_id
         }
         actions = self._reconcile(analysis, workloads, wasting)
+        # Graceful stops whose grace is over are finished first (they never block a tick).
+        actions += follow_up(self.runner, now, workloads)
         decisions, paused, acted = self._decide(now, analysis, workloads)
         actions += acted
         if not paused:

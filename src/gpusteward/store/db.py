@@ -332,8 +332,23 @@ class StateStore(OwnerControls):
             "status": ActionStatus.EXECUTING.value,
             "attempts": actions_t.c.attempts + 1,
             "updated_at": at,
+            "due_at": None,
         }
         return self._move(action_id, (ActionStatus.PLANNED, ActionStatus.FAILED), values, "start")
+
+    def pend_action(self, action_id: int, due_at: datetime, detail: str, at: datetime) -> Action:
+        """executing → executing with ``due_at``: a two-phase stop is under way, its follow-up due then."""
+        values = {"due_at": due_at, "detail": detail[:4000], "updated_at": at}
+        return self._move(action_id, (ActionStatus.EXECUTING,), values, "pend")
+
+    def followups_due(self, at: datetime, *, dry_run: bool) -> list[Action]:
+        """``executing`` actions whose follow-up (``due_at``) has come, oldest first."""
+        c = actions_t.c
+        query = select(actions_t).where(
+            c.status == ActionStatus.EXECUTING.value, c.dry_run == dry_run, c.due_at <= at
+        )
+        with self._tx("read due follow-ups") as conn:
+            return [action_of(r) for r in conn.execute(query.order_by(c.id))]
 
     def finish_action(self, action_id: int, status: ActionStatus, detail: str, at: datetime) -> Action:
         """executing → succeeded | failed | skipped; planned → failed | skipped (refused before acting)."""

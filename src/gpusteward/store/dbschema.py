@@ -155,6 +155,8 @@ actions_t = Table(
     _text("detail"),
     _json("gpu_uuids"),
     _int("gpu_count"),
+    # When a two-phase stop's follow-up is due (revision 0002); NULL for every other action.
+    _at("due_at", nullable=True),
     # Per mode: a dry run must not use up the key of the real action taken after switching to enforce.
     UniqueConstraint("dry_run", "idempotency_key", name="uq_actions_key"),
 )

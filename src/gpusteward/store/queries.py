@@ -28,10 +28,12 @@ _RETRY = re.compile(r"~r(\d+)$")
 
 
 def unfinished_actions(store: StateStore, *, dry_run: bool) -> list[Action]:
-    """Actions left ``planned`` or ``executing``: after a crash, the ones to reconcile."""
+    """Actions left ``planned`` or ``executing``: after a crash, the ones to reconcile. An
+    ``executing`` one with ``due_at`` is a two-phase stop under way, finished by its follow-up."""
     c = actions_t.c
     states = [ActionStatus.PLANNED.value, ActionStatus.EXECUTING.value]
-    query = select(actions_t).where(c.status.in_(states), c.dry_run == dry_run).order_by(c.id)
+    pending = c.due_at.is_not(None)  # a two-phase stop under way: its follow-up finishes it
+    query = select(actions_t).where(c.status.in_(states), c.dry_run == dry_run, ~pending).order_by(c.id)
     with store.transaction("read unfinished actions") as conn:
         return [action_of(r) for r in conn.execute(query)]
 

@@ -197,8 +197,12 @@ def test_an_idle_process_holding_gpu_memory_is_warned_then_stopped_with_its_chec
     # 80 % of the 10-minute window must be covered first; the first tick has no CPU rate yet.
     assert findings_at >= 8
     (stop,) = stops
-    assert stop.status.value == "succeeded", stop.detail
-    assert "verified" in stop.detail
+    # Begun: the checkpoint signal went out and the tick returned; its follow-up is pending.
+    assert stop.status.value == "executing", stop.detail
+    assert child.wait(timeout=10) == 0  # it saved and exited within its grace
     assert Path(f"{base}.ckpt").exists()
-    assert child.wait(timeout=10) == 0
+    clock.advance(60)  # past the 20 s grace: the next tick completes the stop
+    (done,) = [a for a in steward.tick().actions if a.decision.level is Level.GRACEFUL_STOP]
+    assert (done.action_id, done.status.value) == (stop.action_id, "succeeded"), done.detail
+    assert "gone" in done.detail
     assert len(notifier.sent) >= 2  # warned, then told of the stop

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import stat
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -175,6 +176,43 @@ def test_executor_signal_by_partition_force_and_requeue(slurm, tmp_path, cleanup
     assert again.ok
     assert again.verified
     assert "already ended" in again.detail
+
+
+def test_two_phase_graceful_stop_on_real_jobs(slurm, tmp_path, cleanup_jobs):
+    """``begin`` signals and returns at once; ``complete`` cancels a job still running after the
+    grace, and leaves alone one that saved and ended within it."""
+    saved, noted = tmp_path / "saved.flag", tmp_path / "noted.flag"
+    saver = f"trap 'echo got > {saved}; exit 0' USR1\nwhile true; do sleep 1; done\n"
+    slow = f"trap 'echo got > {noted}' USR1\nwhile true; do sleep 1; done\n"
+    a = slurm.sbatch(saver, "--gres=gpu:1")
+    b = slurm.sbatch(slow, "--gres=gpu:1")
+    cleanup_jobs += [a, b]
+    for job in (a, b):
+        slurm.wait(job, {"RUNNING"})
+    client = client_for(slurm)
+    source = SlurmSource(client, _NoMetrics())
+    ex = SlurmExecutor(SlurmJobControl(source, client), grace_s=600, poll_s=0.2)
+    wa, wb = _workload(source, client, a), _workload(source, client, b)
+    stop = Level.GRACEFUL_STOP
+    for w in (wa, wb):
+        out = ex.begin(Decision(w.id, datetime.now(tz=UTC), stop, "graceful-stop", "test"), w)
+        assert (out.ok, out.verified, out.follow_up_after_s) == (True, False, 600)
+    assert slurm.wait(a, ENDED) == "COMPLETED"  # it saved and ended within its grace
+    assert saved.read_text().strip() == "got"
+    for _ in range(200):  # a hang guard: the trap runs once the loop's sleep returns
+        if noted.exists():
+            break
+        time.sleep(0.05)
+    assert noted.read_text().strip() == "got"
+    assert client.job(b) is not None  # still running: the grace is not waited out here
+
+    done_a = ex.complete(Decision(wa.id, datetime.now(tz=UTC), stop, "graceful-stop", "test"), wa)
+    assert done_a.verified
+    assert "ended within the grace" in done_a.detail
+    done_b = ex.complete(Decision(wb.id, datetime.now(tz=UTC), stop, "graceful-stop", "test"), wb)
+    assert "scancel" in done_b.detail
+    assert slurm.wait(b, ENDED) == "CANCELLED"
+    assert ex.verify(Decision(wb.id, datetime.now(tz=UTC), stop, "graceful-stop", "test"), wb)
 
 
 def test_cli_slurm_jobs(slurm, tmp_path, cleanup_jobs):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpusteward.domain.errors import SourceError
-from gpusteward.domain.models import ActionStatus, Hold
+from gpusteward.domain.models import Action, ActionStatus, Hold
 from gpusteward.notify import MemoryNotifier
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.slurm import build_slurm
@@ -95,7 +95,11 @@ def test_enforce_checkpoint_stops_the_idle_job_only(slurm, tmp_path, wired_metri
     steward, adapters = build_steward(settings_for(tmp_path, slurm), clock=clock, notifier=notifier)
     assert adapters.source.name == "slurm"
 
-    reports = ticks_until(steward, clock, lambda: slurm.state(a) != "RUNNING")
+    def settled() -> bool:  # the job ended, and its graceful stop's follow-up has run
+        pending = [x for x in steward.store.actions(limit=50) if x.status is ActionStatus.EXECUTING]
+        return slurm.state(a) != "RUNNING" and not pending
+
+    reports = ticks_until(steward, clock, settled)
 
     assert slurm.state(a) == "COMPLETED", "the checkpoint trap exits 0: the job ended by itself"
     assert flag.read_text().startswith("checkpointed")
@@ -202,6 +206,11 @@ def test_controller_down_no_action_then_recovers(slurm, tmp_path, metrics, clean
     ticks_until(steward, clock, lambda: slurm.state(a) != "RUNNING", limit=20)
     assert flag.exists()
     assert slurm.state(a) == "COMPLETED"
-    stop = [x for x in steward.store.actions(workload_id=wid) if x.step == "graceful-stop"]
-    assert len(stop) == 1
-    assert stop[0].status is ActionStatus.SUCCEEDED
+
+    def stop() -> list[Action]:
+        return [x for x in steward.store.actions(workload_id=wid) if x.step == "graceful-stop"]
+
+    # The stop was begun (checkpoint signal) and completes on the first tick after its grace.
+    ticks_until(steward, clock, lambda: stop()[0].status is not ActionStatus.EXECUTING, limit=20)
+    assert len(stop()) == 1
+    assert stop()[0].status is ActionStatus.SUCCEEDED
