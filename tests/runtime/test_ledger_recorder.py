@@ -162,6 +162,19 @@ def test_a_stop_saves_its_gpus_until_the_horizon(state: StateStore) -> None:
     assert totals(state)["saved_gpu_hours"] == pytest.approx(2.0)
 
 
+def test_a_stop_finished_after_its_workload_left_is_credited_from_the_snapshot(state: StateStore) -> None:
+    """A two-phase stop succeeds at its follow-up, when the job that ended on its checkpoint
+    signal is no longer in the source: the stored snapshot names its owner and GPUs."""
+    state.remember_workloads([ALICE], T0 - timedelta(minutes=5))
+    rec = LedgerRecorder(state, PriceTable(savings_horizon_hours=1))
+    rec.record(T0, None, {}, [], [stop(ALICE, T0), stop(BOB, T0)], GPUS)  # neither is running now
+    assert totals(state)["stops"] == 1  # bob was never seen: nothing to credit
+    rec.record(T0 + timedelta(hours=1), None, {}, [], [], GPUS)
+    t = totals(state, user="alice", team="vision")
+    assert t["saved_gpu_hours"] == pytest.approx(2.0)
+    assert t["saved_cost"] == pytest.approx(6.0)
+
+
 def test_savings_end_decides_and_flush_until_finishes(state: StateStore) -> None:
     ends = {"job-a": T0 + timedelta(hours=3), "job-b": None}
     rec = LedgerRecorder(state, PriceTable(), flush_every_s=3600, savings_end=lambda w, at: ends[w.id])

@@ -72,6 +72,7 @@ class LedgerRecorder:
         savings_end: SavingsEnd | None = None,
     ) -> None:
         self.ledger = LedgerStore(store)
+        self.store = store
         self.prices = prices
         self.flush_every_s = flush_every_s
         #: The longest time between two ticks counted as use (an agent that was down saw nothing).
@@ -186,8 +187,12 @@ class LedgerRecorder:
     ) -> None:
         for r in actions:
             d = r.decision
-            w = workloads.get(d.workload_id)
-            if r.status is not ActionStatus.SUCCEEDED or d.level < Level.GRACEFUL_STOP or w is None:
+            if r.status is not ActionStatus.SUCCEEDED or d.level < Level.GRACEFUL_STOP:
+                continue
+            # A two-phase stop succeeds at its follow-up, often after the workload has left the
+            # source (it ended on the checkpoint signal): credit it from its stored snapshot.
+            w = workloads.get(d.workload_id) or self._remembered(d.workload_id)
+            if w is None:
                 continue
             key = f"{_SAVED}{w.id}:{w.incarnation}"
             if key in self._active or key in self._done:
@@ -211,6 +216,23 @@ class LedgerRecorder:
             else:
                 self._done[key] = end
             self._dirty.add(key)
+
+    def _remembered(self, workload_id: str) -> Workload | None:
+        rec = self.store.workload_info(workload_id)
+        if rec is None:
+            return None
+        return Workload(
+            id=rec.id,
+            kind=rec.kind,
+            name=rec.name,
+            owner=rec.owner,
+            gpus_requested=len(rec.gpu_uuids),
+            gpu_uuids=rec.gpu_uuids,
+            started_at=rec.started_at,
+            source=rec.source,
+            labels=rec.labels,
+            annotations=rec.annotations,
+        )
 
     def _accrue(self, now: datetime) -> None:
         for key in sorted(self._active):
