@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -15,17 +13,10 @@ from gpusteward.store.ledger import DailyAmounts, DailyKey, LedgerStore, Mark, U
 T0 = datetime(2025, 3, 4, 10, 0, tzinfo=UTC)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def state(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
-    url = (
-        f"sqlite:///{tmp_path / 'state.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("pg_url")
-    )
-    s = StateStore(url)
-    s.create_schema()
-    yield s
-    s.close()
+@pytest.fixture
+def state(store: StateStore) -> StateStore:
+    """The store fixture (SQLite and PostgreSQL) under the name these tests use."""
+    return store
 
 
 def key(day: str = "2025-03-04", user: str = "alice", team: str = "vision", kind: str = "idle") -> DailyKey:
