@@ -45,7 +45,8 @@ def _from_source(
     if not history:
         fail(f"the {adapters.source.name} source keeps no history to forecast from; use --trace FILE", 1)
     measure = next((p.demand for p in settings.forecast.pools if p.name == pool), "busy")
-    per = [observation_demand(o, measure=measure) for o in history]
+    members = {p.name: p.workloads for p in settings.forecast.pools if p.workloads}
+    per = [observation_demand(o, measure=measure, members=members) for o in history]
     pools = sorted({p for d in per for p in d})
     name = pool or (pools[0] if len(pools) == 1 else None)
     if name is None:

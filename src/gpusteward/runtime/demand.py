@@ -12,7 +12,7 @@ import csv
 import gzip
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,6 +85,25 @@ def load_demand_csv(path: str | Path, column: str | None = None) -> DemandTable:
     return DemandTable(np.asarray(times), np.asarray(values), vcol, name)
 
 
+#: Pool name → workload id prefixes whose GPUs make that pool's demand (an inference
+#: Deployment ``k8s:ml/deployment/llm`` is a pool of its own, whatever its GPUs' node pool).
+Members = Mapping[str, Sequence[str]]
+
+
+def held_pools(
+    workloads: Iterable[Workload], gpus: Mapping[str, Gpu], members: Members | None = None
+) -> dict[str, str]:
+    """Held GPU uuid → the pool its demand counts in: the first pool listing a prefix of its
+    workload's id, else the GPU's own ``pool``."""
+    out: dict[str, str] = {}
+    for w in workloads:
+        named = next((p for p, prefixes in (members or {}).items() if w.id.startswith(tuple(prefixes))), None)
+        for u in w.gpu_uuids:
+            if u in gpus:
+                out[u] = named or gpus[u].pool
+    return out
+
+
 def pool_demand(
     view: WindowView,
     gpus: Mapping[str, Gpu],
@@ -92,53 +111,51 @@ def pool_demand(
     *,
     measure: str = "busy",
     window_s: float = 300.0,
+    members: Members | None = None,
 ) -> dict[str, float]:
     """Each pool's demand now, in GPUs: ``busy`` sums the held GPUs' mean utilisation over the last
     ``window_s`` (two GPUs at 50 % are one GPU of demand); ``held`` counts the GPUs held. A GPU
-    without data adds nothing (a pool with no data at all is left out: no data is not zero)."""
-    held = {u for w in workloads for u in w.gpu_uuids}
+    without data adds nothing (a pool with no data at all is left out: no data is not zero).
+    ``members`` makes pools of workloads (see ``held_pools``)."""
+    held = held_pools(workloads, gpus, members)
     # Every pool the cluster has starts at 0: nothing held is no demand.
-    out = {g.pool: 0.0 for g in gpus.values()}
+    out = {g.pool: 0.0 for g in gpus.values()} | dict.fromkeys(members or {}, 0.0)
     if measure == "held":
-        for u in held:
-            if u in gpus:
-                out[gpus[u].pool] += 1.0
+        for pool in held.values():
+            out[pool] += 1.0
         return out
     util = view.mean(Metric.GPU_UTIL, window_s)
     unmeasured: set[str] = set()
     measured: set[str] = set()
-    for u in held:
-        g, i = gpus.get(u), view.index_of(u)
-        if g is None:
-            continue
+    for u, pool in held.items():
+        i = view.index_of(u)
         if i is None or not math.isfinite(util[i]):
-            unmeasured.add(g.pool)
+            unmeasured.add(pool)
             continue
-        measured.add(g.pool)
-        out[g.pool] += min(100.0, float(util[i])) / 100.0
+        measured.add(pool)
+        out[pool] += min(100.0, float(util[i])) / 100.0
     for pool in unmeasured - measured:
         del out[pool]  # GPUs held and none measured: unknown, not zero
     return out
 
 
-def observation_demand(obs: Observation, *, measure: str = "busy") -> dict[str, float]:
+def observation_demand(
+    obs: Observation, *, measure: str = "busy", members: Members | None = None
+) -> dict[str, float]:
     """Each pool's demand in one observation (a source's history), as ``pool_demand`` counts it."""
     gpus = {g.uuid: g for g in obs.gpus}
     util = {s.gpu_uuid: s.gpu_util_pct for s in obs.samples}
-    out = {g.pool: 0.0 for g in obs.gpus}
+    out = {g.pool: 0.0 for g in obs.gpus} | dict.fromkeys(members or {}, 0.0)
     seen: dict[str, bool] = {}
-    for u in {u for w in obs.workloads for u in w.gpu_uuids}:
-        g = gpus.get(u)
-        if g is None:
-            continue
+    for u, pool in held_pools(obs.workloads, gpus, members).items():
         if measure == "held":
-            out[g.pool] += 1.0
+            out[pool] += 1.0
             continue
         v = util.get(u)
-        seen.setdefault(g.pool, False)
+        seen.setdefault(pool, False)
         if v is not None and math.isfinite(v):
-            seen[g.pool] = True
-            out[g.pool] += min(100.0, v) / 100.0
+            seen[pool] = True
+            out[pool] += min(100.0, v) / 100.0
     for pool, measured in seen.items():
         if not measured:
             del out[pool]  # GPUs held and none measured: unknown, not zero

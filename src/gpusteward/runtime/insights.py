@@ -183,9 +183,12 @@ class Insights:
         tide = self.tide
         assert tide is not None
         measures = {p.demand for p in tide.settings.pools}
+        members = {p.name: p.workloads for p in tide.settings.pools if p.workloads}
         demand: dict[str, float] = {}
         for measure in measures:
-            got = pool_demand(view, gpus, workloads, measure=measure, window_s=min(300.0, view.window_s))
+            got = pool_demand(
+                view, gpus, workloads, measure=measure, window_s=min(300.0, view.window_s), members=members
+            )
             demand.update(
                 {p.name: got[p.name] for p in tide.settings.pools if p.demand == measure and p.name in got}
             )

@@ -24,6 +24,11 @@ class PoolSettings(_Section):
         description="The pool: GPUs whose `pool` is this name make its demand; the scaler knows it by "
         "this name (kubernetes: <namespace>/deployment/<name>).",
     )
+    workloads: list[str] = Field(
+        default_factory=list,
+        description="Workload id prefixes whose GPUs make this pool's demand, wherever they run (an "
+        "inference Deployment: k8s:<namespace>/deployment/<name>). Empty: GPUs whose pool is the name.",
+    )
     scaler: str = Field("sim", description="Which PoolScaler sets its replicas: sim, or kubernetes.")
     demand: Literal["busy", "held"] = Field(
         "busy",
