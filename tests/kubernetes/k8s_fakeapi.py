@@ -4,10 +4,10 @@ No kube-apiserver can run on these machines, so the tests run the official clien
 this: a threaded ``http.server`` that stores real API objects (see ``cluster.py``), keeps a
 global resourceVersion, and implements what gpusteward uses, the way the API server does:
 
-- GET (get, list, and ``?watch=1`` chunked streams of ``{"type","object"}`` lines that end at
-  ``timeoutSeconds``; a resourceVersion older than the kept history gets a 410 ``Expired``
-  ERROR event), POST (create, ``generateName``; Eviction), PUT (replace; a stale
-  ``metadata.resourceVersion`` is 409 Conflict), PATCH (JSON merge patch; a
+- GET (get; list, in pages with ``limit`` and ``continue``; ``?watch=1`` chunked streams of
+  ``{"type","object"}`` lines that end at ``timeoutSeconds``; a resourceVersion older than the
+  kept history gets a 410 ``Expired`` ERROR event), POST (create, ``generateName``; Eviction),
+  PUT (replace; a stale ``metadata.resourceVersion`` is 409 Conflict), PATCH (JSON merge patch; a
   ``metadata.resourceVersion`` in the patch is a precondition, 409 when stale), DELETE.
 - The ``scale`` subresource (autoscaling/v1 Scale) of Deployments and StatefulSets.
 - Evictions honour PodDisruptionBudgets (``status.disruptionsAllowed``): 429 when disallowed.
@@ -16,6 +16,11 @@ global resourceVersion, and implements what gpusteward uses, the way the API ser
   Kubeflow's notebook controller scales a Notebook's StatefulSet to 0 while
   ``kubeflow-resource-stopped`` is set.
 - Fault injection: ``fail(method, path regex, status, times)`` answers a Status error instead.
+- Paged lists: every page of one list comes from the snapshot taken at its first page and
+  carries that snapshot's resourceVersion; ``metadata.continue`` is an opaque token and
+  ``metadata.remainingItemCount`` counts what is left. ``expire_continue_tokens()`` (or
+  ``compact()``) makes the tokens handed out so far answer 410 ``Expired``; ``after_page``
+  is called with each page served, so a test can write between pages.
 
 Every request is logged as (method, path, query, verb, group, resource, subresource, agent)
 so tests can check the RBAC manifest against what was really called.
@@ -23,12 +28,13 @@ so tests can check the RBAC manifest against what was really called.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -129,6 +135,9 @@ class FakeCluster:
         self.templates: dict[tuple[str, str, str], Obj] = {}  # (group/plural, ns, owner) → pod
         self.faults: list[Fault] = []
         self.calls: list[Call] = []
+        #: Snapshots of paged lists in progress: id → (resourceVersion, items).
+        self.snapshots: dict[str, tuple[int, list[Obj]]] = {}
+        self.after_page: Callable[[Obj], None] | None = None
 
     # -- storage ------------------------------------------------------------------------
 
@@ -183,6 +192,7 @@ class FakeCluster:
         with self.cond:
             self.compacted_below = self.rv + 2
             self.history.clear()
+            self.snapshots.clear()
             self.epoch += 1
             self.cond.notify_all()
 
@@ -190,6 +200,54 @@ class FakeCluster:
         with self.cond:
             rvs = [rv for rv, g, p, _, _ in self.history if g == group and p == plural]
             return max(rvs) if rvs else 0
+
+    # -- paged lists --------------------------------------------------------------------
+
+    def list_page(self, group: str, plural: str, ns: str | None, limit: int, token: str) -> Obj:
+        """One page of a list: the first from the current objects, the next ones from the
+        snapshot the first was cut from (as the API server reads etcd at that revision)."""
+        with self.cond:
+            if token:
+                try:
+                    cont = json.loads(base64.urlsafe_b64decode(token.encode()))
+                    snap_id, start = str(cont["id"]), int(cont["start"])
+                except (ValueError, KeyError, TypeError) as e:
+                    raise ApiError(400, "BadRequest", f"continue key is not valid: {e}") from e
+                if snap_id not in self.snapshots:
+                    raise ApiError(
+                        410,
+                        "Expired",
+                        "The provided continue parameter is too old to display a consistent list "
+                        "result. You can start a new list without the continue parameter.",
+                    )
+                rv, items = self.snapshots[snap_id]
+            else:
+                snap_id, start, rv, items = uuid.uuid4().hex, 0, self.rv, self.items(group, plural, ns)
+            end = start + limit if limit > 0 else len(items)
+            meta: Obj = {"resourceVersion": str(rv)}
+            if end < len(items):
+                self.snapshots[snap_id] = (rv, items)
+                meta["continue"] = base64.urlsafe_b64encode(
+                    json.dumps({"id": snap_id, "start": end}).encode()
+                ).decode()
+                meta["remainingItemCount"] = len(items) - end
+            else:
+                self.snapshots.pop(snap_id, None)
+            kind = KINDS.get((group, plural), "Object")
+            page = {
+                "apiVersion": f"{group}/v1" if group else "v1",
+                "kind": f"{kind}List",
+                "metadata": meta,
+                "items": copy.deepcopy(items[start:end]),
+            }
+        if self.after_page is not None:
+            self.after_page(page)
+        return page
+
+    def expire_continue_tokens(self) -> None:
+        """Every continue token handed out so far answers 410 Expired (its snapshot compacted)."""
+        with self.cond:
+            self.snapshots.clear()
 
     # -- faults -------------------------------------------------------------------------
 
@@ -386,14 +444,11 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> tuple[int, Obj]:
         c = self.cluster
         if method == "GET" and name is None:
-            items = c.items(group, plural, ns or None)
-            kind = KINDS.get((group, plural), "Object")
-            return 200, {
-                "apiVersion": f"{group}/v1" if group else "v1",
-                "kind": f"{kind}List",
-                "metadata": {"resourceVersion": str(c.rv)},
-                "items": items,
-            }
+            try:
+                limit = int(q.get("limit") or 0)
+            except ValueError as e:
+                raise ApiError(400, "BadRequest", f"limit: {e}") from e
+            return 200, c.list_page(group, plural, ns or None, limit, q.get("continue", ""))
         assert name is not None or method == "POST"
         if sub == "scale":
             return self._scale(method, group, plural, ns, name or "", body)

@@ -73,7 +73,11 @@ def build_kubernetes(
 ) -> KubernetesParts:
     """Everything the Kubernetes source needs; ``client`` / ``metrics`` replace the configured ones."""
     cfg = settings.source.kubernetes
-    api = KubeApi(client if client is not None else api_client(cfg), timeout_s=cfg.request_timeout_seconds)
+    api = KubeApi(
+        client if client is not None else api_client(cfg),
+        timeout_s=cfg.request_timeout_seconds,
+        page_size=cfg.list_page_size,
+    )
     guard = protection(settings)
     source = KubernetesSource(
         api,

@@ -236,7 +236,7 @@ def _control(settings: Settings, adapters: Adapters) -> NodeControl:
         from gpusteward.sensing.kubernetes.client import api_client
 
         kcfg = settings.source.kubernetes
-        api = KubeApi(api_client(kcfg), timeout_s=kcfg.request_timeout_seconds)
+        api = KubeApi(api_client(kcfg), timeout_s=kcfg.request_timeout_seconds, page_size=kcfg.list_page_size)
         return KubernetesNodeControl(api, conflict_retries=kcfg.conflict_retries)
     raise ConfigError(f"parking.enabled: source {name!r} cannot park nodes; use sim, slurm or kubernetes")
 

@@ -25,6 +25,8 @@ from gpusteward.domain.errors import SourceError
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+#: Fresh starts of a paged list whose continue token expired before the answer is an error.
+LIST_RESTARTS = 3
 JsonObj = dict[str, Any]
 #: (group, version, plural, namespaced): what the executor passes without importing this module.
 ResourceLike = tuple[str, str, str, bool]
@@ -84,7 +86,7 @@ def _body(raw: Any) -> JsonObj:
 class KubeApi:
     """Thin, typed-by-status access to the API server through one ``ApiClient``."""
 
-    def __init__(self, api_client: Any, *, timeout_s: float = 10.0) -> None:
+    def __init__(self, api_client: Any, *, timeout_s: float = 10.0, page_size: int = 500) -> None:
         from kubernetes import client as k8s  # lazy: the core runs without the k8s extra
 
         self.api_client = api_client
@@ -92,6 +94,8 @@ class KubeApi:
         self.custom = k8s.CustomObjectsApi(api_client)
         self.models = k8s
         self.timeout_s = timeout_s
+        #: Objects per list request (``limit``); 0 lists everything in one request.
+        self.page_size = page_size
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -234,7 +238,7 @@ class KubeApi:
         return self._call(f"get node {name}", self.core.read_node, name)
 
     def list_nodes(self) -> Reply:
-        return self._call("list nodes", self.core.list_node)
+        return self._list_pages("list nodes", self.core.list_node)
 
     def patch_node(self, name: str, body: Mapping[str, Any]) -> Reply:
         """A JSON merge patch of a Node; ``metadata.resourceVersion`` in it is a precondition (409)."""
@@ -252,7 +256,35 @@ class KubeApi:
         raise ValueError(f"no list function for {r.plural}")
 
     def list(self, res: ResourceLike) -> Reply:
-        return self._call(f"list {res[2]}", self.list_fn(res))
+        return self._list_pages(f"list {res[2]}", self.list_fn(res))
+
+    def _list_pages(self, what: str, fn: Any) -> Reply:
+        """The whole list, fetched ``page_size`` objects at a time (``limit`` + ``continue``).
+
+        The pages of one list are one consistent snapshot: every page carries the snapshot's
+        resourceVersion, which is where a watch resumes (the last page's is returned). When a
+        continue token expires (410 Gone, the snapshot compacted away), the list starts over:
+        mixing two snapshots could keep a deleted pod or miss a new one.
+        """
+        reply = Reply(500, {"message": "not listed"})
+        for _ in range(1 + LIST_RESTARTS):
+            items: list[Any] = []
+            token = ""
+            while True:
+                kw: dict[str, Any] = {"limit": self.page_size} if self.page_size > 0 else {}
+                if token:
+                    kw["_continue"] = token
+                reply = self._call(what, fn, **kw)
+                if not reply.ok:
+                    break
+                items.extend(reply.body.get("items") or [])
+                token = str((reply.body.get("metadata") or {}).get("continue") or "")
+                if not token:
+                    return Reply(reply.status, {**reply.body, "items": items})
+            if not (reply.status == 410 and token):
+                return reply
+            log.info("kubernetes %s: continue token expired (%s); listing again", what, reply.message)
+        return reply
 
     def watch(self, res: ResourceLike, resource_version: str, timeout_s: int) -> Iterator[JsonObj]:
         """Watch events (``{"type", "object"}`` with raw objects) from ``resource_version``.

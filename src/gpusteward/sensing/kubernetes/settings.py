@@ -41,6 +41,12 @@ class KubernetesSourceSettings(BaseModel):
         300, ge=10, description="Full re-list of pods and nodes this often (the watch runs in between)."
     )
     request_timeout_seconds: float = Field(10, gt=0, description="Longest wait for one API request.")
+    list_page_size: int = Field(
+        500,
+        ge=0,
+        description="List pods and nodes in pages of this many (limit/continue), sparing the API "
+        "server one huge response; 0: all in one request.",
+    )
     scale_to_replicas: int = Field(
         0, ge=0, description="L2 on a Deployment/StatefulSet/LeaderWorkerSet scales it to this many replicas."
     )
