@@ -3,10 +3,12 @@ snooze, pause, resume, rule preview). Bearer tokens or the page session (with CS
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from gpusteward.domain.errors import ControlError, RuleError
@@ -49,14 +51,38 @@ def _json(value: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(data.plain(value), status_code=status)
 
 
-def _export(rows: list[dict[str, Any]], columns: tuple[str, ...], fmt: str, name: str) -> Response:
+def _paged(request: Request, listing: data.Listing) -> JSONResponse:
+    """One page as the JSON list it always was; the next page's link in the ``Link`` header."""
+    resp = _json(listing.rows)
+    if listing.next_before is not None:
+        params = {k: v for k, v in request.query_params.items() if k != "before"}
+        url = f"{request.url.path}?{urlencode({**params, 'before': listing.next_before})}"
+        resp.headers["link"] = f'<{url}>; rel="next"'
+        resp.headers["x-next-before"] = str(listing.next_before)
+    return resp
+
+
+def _export(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], fmt: str, name: str) -> Response:
+    """Every match, streamed a chunk at a time (the store is read a chunk at a time too)."""
+    if fmt == "csv":
+        return StreamingResponse(
+            data.csv_lines(rows, columns),
+            media_type="text/csv; charset=utf-8",
+            headers={"content-disposition": f'attachment; filename="{name}.csv"'},
+        )
+    return StreamingResponse(data.json_lines(rows), media_type="application/json")
+
+
+def _listed(
+    request: Request, listing: data.Listing, columns: tuple[str, ...], fmt: str, name: str
+) -> Response:
     if fmt == "csv":
         return PlainTextResponse(
-            data.to_csv(rows, columns),
+            data.to_csv(listing.rows, columns),
             media_type="text/csv",
             headers={"content-disposition": f'attachment; filename="{name}.csv"'},
         )
-    return _json(rows)
+    return _paged(request, listing)
 
 
 def _refused(e: ControlError) -> JSONResponse:
@@ -81,7 +107,15 @@ def overview(request: Request) -> JSONResponse:
     return _json(value)
 
 
-@router.get("/findings", summary="Finding episodes, newest first")
+Before = Annotated[
+    int | None, Query(ge=1, description="Only rows older than this id: the `x-next-before` of the last page.")
+]
+All = Annotated[
+    bool, Query(description="Every match from `before` on, streamed (limit ignored); the default for CSV.")
+]
+
+
+@router.get("/findings", summary="Finding episodes, newest first (paged: see the Link header)")
 def findings(
     request: Request,
     kind: str = "",
@@ -90,13 +124,15 @@ def findings(
     node: str = "",
     status: Annotated[Literal["open", "all"], Query()] = "open",
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+    before: Before = None,
 ) -> JSONResponse:
     caller(request)
     ctx = ctx_of(request)
-    rows = data.findings(
-        ctx.store, ctx.gpus(), kind=kind, owner=owner, team=team, node=node, status=status, limit=limit
-    )
-    return _json(rows)
+    listing = data.findings(
+        ctx.store, ctx.gpus(), kind=kind, owner=owner, team=team, node=node, status=status, limit=limit,
+        before=before,
+    )  # fmt: skip
+    return _paged(request, listing)
 
 
 @router.get("/workloads/{workload_id:path}", summary="A workload: findings, decisions, actions, notices")
@@ -119,32 +155,48 @@ def snooze(request: Request, workload_id: str, body: SnoozeBody) -> JSONResponse
     return _json(rec.to_dict())
 
 
-@router.get("/actions", summary="Actions, newest first (format=csv to export)")
+@router.get("/actions", summary="Actions, newest first (paged; format=csv or all=true to export)")
 def actions(
     request: Request,
     q: str = "",
     status: str = "",
     level: str = "",
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 200,
+    workload: str = "",
+    limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
+    before: Before = None,
     format: Literal["json", "csv"] = "json",
+    all: All = False,
 ) -> Response:
     caller(request)
-    rows = data.actions(ctx_of(request).store, q=q, status=status, level=level, limit=limit)
-    return _export(rows, data.ACTION_COLUMNS, format, "actions")
+    store = ctx_of(request).store
+    filters = {"q": q, "status": status, "level": level, "workload_id": workload}
+    if all or (format == "csv" and limit is None):
+        rows = data.every_action(store, before=before, **filters)
+        return _export(rows, data.ACTION_COLUMNS, format, "actions")
+    listing = data.actions(
+        store, q=q, status=status, level=level, workload=workload, limit=limit or 200, before=before
+    )
+    return _listed(request, listing, data.ACTION_COLUMNS, format, "actions")
 
 
-@router.get("/audit", summary="The audit log, newest first (format=csv to export)")
+@router.get("/audit", summary="The audit log, newest first (paged; format=csv or all=true to export)")
 def audit(
     request: Request,
     q: str = "",
     event: str = "",
     workload: str = "",
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 200,
+    limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
+    before: Before = None,
     format: Literal["json", "csv"] = "json",
+    all: All = False,
 ) -> Response:
     caller(request)
-    rows = data.audit(ctx_of(request).store, q=q, event=event, workload=workload, limit=limit)
-    return _export(rows, data.AUDIT_COLUMNS, format, "audit")
+    store = ctx_of(request).store
+    if all or (format == "csv" and limit is None):
+        rows = data.every_audit(store, before=before, q=q, event=event, workload_id=workload)
+        return _export(rows, data.AUDIT_COLUMNS, format, "audit")
+    listing = data.audit(store, q=q, event=event, workload=workload, limit=limit or 200, before=before)
+    return _listed(request, listing, data.AUDIT_COLUMNS, format, "audit")
 
 
 @router.get("/approvals", summary="Approval requests, newest first")

@@ -11,7 +11,7 @@ import io
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -23,6 +23,7 @@ from gpusteward.analysis.rules import CompiledRule, compile_rules, parse_rule_pa
 from gpusteward.domain.models import ApprovalStatus, Gpu, Metric, RuleAction
 from gpusteward.runtime.loop import Steward
 from gpusteward.runtime.report import gather
+from gpusteward.store import browse
 from gpusteward.store.db import FindingEpisode, StateStore, WorkloadRecord
 from gpusteward.store.ledger import LedgerStore
 
@@ -47,10 +48,11 @@ def _default(v: Any) -> Any:
     return str(v)
 
 
-def to_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+def to_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, header: bool = True) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(columns)
+    if header:
+        w.writerow(columns)
     for r in rows:
         w.writerow(["" if r.get(c) is None else _cell(r.get(c)) for c in columns])
     return buf.getvalue()
@@ -215,21 +217,6 @@ def overview(
 
 
 # -- findings ------------------------------------------------------------------------------------
-class Workloads:
-    """Workload records looked up once per request."""
-
-    def __init__(self, store: StateStore) -> None:
-        self.store = store
-        self._seen: dict[str, WorkloadRecord | None] = {}
-
-    def get(self, wid: str | None) -> WorkloadRecord | None:
-        if wid is None:
-            return None
-        if wid not in self._seen:
-            self._seen[wid] = self.store.workload_info(wid)
-        return self._seen[wid]
-
-
 def finding_row(e: FindingEpisode, w: WorkloadRecord | None, gpus: Mapping[str, Gpu]) -> dict[str, Any]:
     row = e.to_dict()
     row["user"] = w.owner.user if w else ""
@@ -239,6 +226,24 @@ def finding_row(e: FindingEpisode, w: WorkloadRecord | None, gpus: Mapping[str, 
     row["nodes"] = sorted({gpus[u].node for u in e.finding.gpu_uuids if u in gpus})
     row["open"] = e.ended_at is None
     return row
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One page of a list, newest first; ``next_before`` is the ``before`` of the next page."""
+
+    rows: list[dict[str, Any]]
+    next_before: int | None
+
+
+def _finding_filter(
+    gpus: Mapping[str, Gpu], kind: str, owner: str, team: str, node: str, status: str
+) -> browse.FindingFilter:
+    # A node is the GPUs the live inventory places on it, or its name in the finding's message.
+    on_node = tuple(sorted(u for u, g in gpus.items() if g.node == node)) if node else ()
+    return browse.FindingFilter(
+        kind=kind, owner=owner, team=team, node=node, node_gpus=on_node, open_only=status != "all"
+    )
 
 
 def findings(
@@ -251,36 +256,23 @@ def findings(
     node: str = "",
     status: str = "open",
     limit: int = 500,
-) -> list[dict[str, Any]]:
-    """Finding episodes, newest first, filtered (every filter is an exact match but ``node``,
-    which also matches the GPU names in the finding's message)."""
-    episodes = store.open_findings() if status != "all" else store.all_findings()
-    lookup = Workloads(store)
-    out = []
-    for e in reversed(episodes):
-        w = lookup.get(e.finding.workload_id)
-        row = finding_row(e, w, gpus)
-        if kind and row["kind"] != kind:
-            continue
-        if owner and row["user"] != owner:
-            continue
-        if team and row["team"] != team:
-            continue
-        if node and node not in row["nodes"] and node not in e.finding.message:
-            continue
-        out.append(row)
-        if len(out) >= limit:
-            break
-    return out
+    before: int | None = None,
+) -> Listing:
+    """Finding episodes, newest first, filtered in the store (every filter is an exact match but
+    ``node``, which also matches the node's name in the finding's message)."""
+    flt = _finding_filter(gpus, kind, owner, team, node, status)
+    page = browse.findings_page(store, flt, before=before, limit=limit)
+    return Listing([finding_row(e, w, gpus) for e, w in page.rows], page.next_before)
 
 
-def facets(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
-    rows = list(rows)
+def facets(store: StateStore, gpus: Mapping[str, Gpu], *, status: str = "open") -> dict[str, list[str]]:
+    """The values each findings filter can take, over every (open) episode."""
+    f = browse.finding_facets(store, open_only=status != "all")
     return {
-        "kind": sorted({r["kind"] for r in rows}),
-        "owner": sorted({r["user"] for r in rows if r["user"]}),
-        "team": sorted({r["team"] for r in rows if r["team"]}),
-        "node": sorted({n for r in rows for n in r["nodes"]}),
+        "kind": f.kinds,
+        "owner": f.owners,
+        "team": f.teams,
+        "node": sorted({gpus[u].node for u in f.gpu_uuids if u in gpus}),
     }
 
 
@@ -341,44 +333,68 @@ def audit_row(r: Any) -> dict[str, Any]:
     return {"id": r.id, "at": r.at, "event": r.event, "workload_id": r.workload_id, "payload": r.payload}
 
 
-def _matches(q: str, row: Mapping[str, Any]) -> bool:
-    text = json.dumps(plain(dict(row)), sort_keys=True).lower()
-    return all(word in text for word in q.lower().split())
-
-
 def actions(
-    store: StateStore, *, q: str = "", status: str = "", level: str = "", limit: int = 200
-) -> list[dict[str, Any]]:
-    """Actions, newest first; ``q`` matches every word anywhere in the row."""
-    out = []
-    for a in reversed(store.actions(limit=10_000)):
-        row = action_row(a)
-        if status and row["status"] != status:
-            continue
-        if level and row["level"] != level:
-            continue
-        if q and not _matches(q, row):
-            continue
-        out.append(row)
-        if len(out) >= limit:
-            break
-    return out
+    store: StateStore,
+    *,
+    q: str = "",
+    status: str = "",
+    level: str = "",
+    workload: str = "",
+    limit: int = 200,
+    before: int | None = None,
+) -> Listing:
+    """Actions, newest first; ``q`` matches every word (any case) in some searched column."""
+    page = browse.actions_page(
+        store, q=q, status=status, level=level, workload_id=workload, before=before, limit=limit
+    )
+    return Listing([action_row(a) for a in page.rows], page.next_before)
 
 
 def audit(
-    store: StateStore, *, q: str = "", event: str = "", workload: str = "", limit: int = 200
-) -> list[dict[str, Any]]:
-    out = []
-    for r in reversed(store.audit_log(limit=10_000, workload_id=workload or None)):
-        row = audit_row(r)
-        if event and not row["event"].startswith(event):
-            continue
-        if q and not _matches(q, row):
-            continue
-        out.append(row)
-        if len(out) >= limit:
-            break
-    return out
+    store: StateStore,
+    *,
+    q: str = "",
+    event: str = "",
+    workload: str = "",
+    limit: int = 200,
+    before: int | None = None,
+) -> Listing:
+    page = browse.audit_page(store, q=q, event=event, workload_id=workload, before=before, limit=limit)
+    return Listing([audit_row(r) for r in page.rows], page.next_before)
+
+
+def every_action(store: StateStore, *, before: int | None = None, **filters: str) -> Iterator[dict[str, Any]]:
+    """Every matching action older than ``before``, newest first, read in chunks (exports).
+    ``filters`` are those of ``browse.actions_page``."""
+    pages = browse.every(lambda b, n: browse.actions_page(store, before=b, limit=n, **filters), start=before)
+    return (action_row(a) for a in pages)
+
+
+def every_audit(store: StateStore, *, before: int | None = None, **filters: str) -> Iterator[dict[str, Any]]:
+    """Every matching audit record older than ``before``, newest first, read in chunks (exports)."""
+    pages = browse.every(lambda b, n: browse.audit_page(store, before=b, limit=n, **filters), start=before)
+    return (audit_row(r) for r in pages)
+
+
+def csv_lines(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> Iterator[str]:
+    """CSV text, the header first, a chunk of lines at a time (exports stream)."""
+    yield to_csv([], columns)
+    batch: list[Mapping[str, Any]] = []
+    for r in rows:
+        batch.append(r)
+        if len(batch) >= browse.CHUNK:
+            yield to_csv(batch, columns, header=False)
+            batch = []
+    if batch:
+        yield to_csv(batch, columns, header=False)
+
+
+def json_lines(rows: Iterable[Mapping[str, Any]]) -> Iterator[str]:
+    """A JSON array, one element at a time (exports stream)."""
+    yield "["
+    for i, r in enumerate(rows):
+        yield ("," if i else "") + json.dumps(plain(dict(r)))
+    yield "]"
 
 
 # -- rules ---------------------------------------------------------------------------------------

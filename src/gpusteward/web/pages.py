@@ -9,11 +9,11 @@ the login page. Forms carry the session's CSRF value. The one-click links from n
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
 import yaml
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
@@ -169,17 +169,50 @@ def overview_partial(request: Request) -> Response:
 
 
 # -- findings and workloads ----------------------------------------------------------------------
+def _pager(request: Request, next_before: int | None) -> dict[str, str]:
+    """Links to the next (older) page, "" on the last, and back to the newest, "" on the first."""
+    params = {k: v for k, v in request.query_params.items() if k != "before"}
+    path = request.url.path
+    older = "" if next_before is None else f"{path}?{urlencode({**params, 'before': next_before})}"
+    newest = f"{path}?{urlencode(params)}" if "before" in request.query_params else ""
+    return {"older": older, "newest": newest}
+
+
 @router.get("/findings")
 def findings(
-    request: Request, kind: str = "", owner: str = "", team: str = "", node: str = "", status: str = "open"
+    request: Request,
+    kind: str = "",
+    owner: str = "",
+    team: str = "",
+    node: str = "",
+    status: str = "open",
+    before: Annotated[int | None, Query(ge=1)] = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
 ) -> Response:
     who = _who(request)
     ctx = _ctx(request)
     gpus = ctx.gpus()
-    everything = data.findings(ctx.store, gpus, status=status)
-    rows = data.findings(ctx.store, gpus, kind=kind, owner=owner, team=team, node=node, status=status)
+    listing = data.findings(
+        ctx.store,
+        gpus,
+        kind=kind,
+        owner=owner,
+        team=team,
+        node=node,
+        status=status,
+        limit=limit,
+        before=before,
+    )
     filters = {"kind": kind, "owner": owner, "team": team, "node": node, "status": status}
-    return _page(request, who, "findings.html.j2", rows=rows, facets=data.facets(everything), filters=filters)
+    return _page(
+        request,
+        who,
+        "findings.html.j2",
+        rows=listing.rows,
+        facets=data.facets(ctx.store, gpus, status=status),
+        filters=filters,
+        pager=_pager(request, listing.next_before),
+    )
 
 
 @router.get("/workloads/{workload_id:path}")
@@ -237,19 +270,57 @@ async def snooze(request: Request, workload_id: str) -> Response:
 
 # -- actions, audit ------------------------------------------------------------------------------
 @router.get("/actions")
-def actions(request: Request, q: str = "", status: str = "", level: str = "") -> Response:
+def actions(
+    request: Request,
+    q: str = "",
+    status: str = "",
+    level: str = "",
+    workload: str = "",
+    before: Annotated[int | None, Query(ge=1)] = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 200,
+) -> Response:
     who = _who(request)
-    rows = data.actions(_ctx(request).store, q=q, status=status, level=level)
-    query = urlencode({"q": q, "status": status, "level": level})
-    return _page(request, who, "actions.html.j2", rows=rows, q=q, status=status, level=level, query=query)
+    listing = data.actions(
+        _ctx(request).store, q=q, status=status, level=level, workload=workload, limit=limit, before=before
+    )
+    query = urlencode({"q": q, "status": status, "level": level, "workload": workload})
+    return _page(
+        request,
+        who,
+        "actions.html.j2",
+        rows=listing.rows,
+        q=q,
+        status=status,
+        level=level,
+        workload=workload,
+        query=query,
+        pager=_pager(request, listing.next_before),
+    )
 
 
 @router.get("/audit")
-def audit(request: Request, q: str = "", event: str = "", workload: str = "") -> Response:
+def audit(
+    request: Request,
+    q: str = "",
+    event: str = "",
+    workload: str = "",
+    before: Annotated[int | None, Query(ge=1)] = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 200,
+) -> Response:
     who = _who(request)
-    rows = data.audit(_ctx(request).store, q=q, event=event, workload=workload)
+    listing = data.audit(_ctx(request).store, q=q, event=event, workload=workload, limit=limit, before=before)
     query = urlencode({"q": q, "event": event, "workload": workload})
-    return _page(request, who, "audit.html.j2", rows=rows, q=q, event=event, workload=workload, query=query)
+    return _page(
+        request,
+        who,
+        "audit.html.j2",
+        rows=listing.rows,
+        q=q,
+        event=event,
+        workload=workload,
+        query=query,
+        pager=_pager(request, listing.next_before),
+    )
 
 
 # -- approvals -----------------------------------------------------------------------------------
