@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -68,3 +69,47 @@ def test_one_notice_per_step_and_counts_survive_a_restart(store: StateStore) -> 
     assert not again.deliver(notice(1))  # still known after a restart
     assert again.deliver(notice(2))
     assert not again.deliver(notice(3))  # the day's two were already used up before the restart
+
+
+def test_a_pending_digest_survives_a_restart_and_goes_out_once(store: StateStore) -> None:
+    settings = NoticeSettings(max_per_owner_per_day=1)
+    t = ThrottledNotifier(MemoryNotifier(), store, settings)
+    sent = [deliver(t, store, notice(i, at=T0 + timedelta(minutes=i))) for i in range(4)]
+    assert sent == [True, False, False, False]
+    # A dry-run notice and a repeat of a sent step are unsent rows too, but were never held.
+    store.record_notice(replace(notice(7), subject="[dry-run] Notice 7"), sent=False)
+    assert not deliver(t, store, notice(0, at=T0 + timedelta(minutes=9)))
+
+    # The agent stops before the day is over; a new one starts on the same database.
+    inner = MemoryNotifier()
+    again = ThrottledNotifier(inner, store, settings)
+    again.flush(T0 + timedelta(hours=5))  # same day: the digest is not due yet
+    assert inner.sent == []
+    again.flush(T0 + timedelta(days=1))
+    assert len(inner.sent) == 1
+    digest = inner.sent[0]
+    assert digest.owner == ALICE
+    assert digest.subject == "gpusteward digest: 3 more notice(s) from 2026-03-04"
+    assert [f"Notice {i}" in digest.body for i in range(4)] == [False, True, True, True]
+    assert "Notice 7" not in digest.body
+    again.flush(T0 + timedelta(days=2))
+    assert len(inner.sent) == 1
+
+    # A restart after the digest went out does not send it again, nor does the day after.
+    later = MemoryNotifier()
+    third = ThrottledNotifier(later, store, settings)
+    third.flush(T0 + timedelta(days=1, hours=1))
+    third.flush(T0 + timedelta(days=2))
+    assert later.sent == []
+    digests = [r for r in store.notices(limit=100) if (r.notice.dedup_key or "").startswith("digest:")]
+    assert [(r.notice.dedup_key, r.sent) for r in digests] == [("digest:alice:2026-03-04", True)]
+
+
+def test_a_restart_days_later_sends_the_missed_digest(store: StateStore) -> None:
+    settings = NoticeSettings(max_per_owner_per_day=1)
+    t = ThrottledNotifier(MemoryNotifier(), store, settings)
+    assert [deliver(t, store, notice(i, owner=BOB)) for i in range(2)] == [True, False]
+    inner = MemoryNotifier()
+    ThrottledNotifier(inner, store, settings).flush(T0 + timedelta(days=3))
+    assert [n.subject for n in inner.sent] == ["gpusteward digest: 1 more notice(s) from 2026-03-04"]
+    assert inner.sent[0].owner == BOB

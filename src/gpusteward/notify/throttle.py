@@ -6,15 +6,17 @@
 * admins' notices (``owner`` None: approval requests) are never held back.
 
 ``deliver`` says whether a notice went out, so the runner records held ones as not sent: what
-was suppressed stays in the notices table. The day's counts are rebuilt from that table after a
-restart; a digest still pending when the agent stops is not rebuilt (its notices stay recorded).
+was suppressed stays in the notices table. After a restart the day's counts and the pending
+digests (held notices of the last ``DIGEST_LOOKBACK`` days) are rebuilt from that table. A sent
+digest is recorded with the key ``digest:<owner>:<day>`` and never sent again; one whose channel
+failed is not recorded, so the next start-up tries it again.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 
 from gpusteward.domain.models import Level, Notice, Owner
 from gpusteward.domain.ports import Notifier
@@ -23,6 +25,10 @@ from gpusteward.store import queries
 from gpusteward.store.db import StateStore
 
 log = logging.getLogger(__name__)
+
+#: How far back a start-up looks for held notices whose digest was never sent.
+DIGEST_LOOKBACK = timedelta(days=7)
+_DRY_RUN = "[dry-run] "
 
 
 class ThrottledNotifier:
@@ -35,7 +41,8 @@ class ThrottledNotifier:
         self._day: date | None = None
         self._counts: Counter[str] = Counter()
         self._keys: set[str] = set()
-        self._held: dict[str, list[Notice]] = {}
+        #: Held notices by (UTC day, owner), sent as that owner's digest once the day is over.
+        self._held: dict[tuple[date, str], list[Notice]] = {}
         self._owners: dict[str, Owner] = {}
 
     def send(self, notice: Notice) -> None:
@@ -52,7 +59,7 @@ class ThrottledNotifier:
             return False
         user = notice.owner.user
         if self._counts[user] >= self.settings.max_per_owner_per_day:
-            self._held.setdefault(user, []).append(notice)
+            self._held.setdefault((self._day_of(notice.at), user), []).append(notice)
             self._owners[user] = notice.owner
             log.info("notice to %s held for the digest (%d today)", user, self._counts[user])
             return False
@@ -66,13 +73,18 @@ class ThrottledNotifier:
         """Send the digests of a day that is over (called every tick)."""
         self._roll(now)
 
+    @staticmethod
+    def _day_of(at: datetime) -> date:
+        return at.astimezone(UTC).date()
+
     def _roll(self, at: datetime) -> None:
-        day = at.astimezone(UTC).date()
+        day = self._day_of(at)
         if day == self._day:
             return
-        if self._day is not None:
-            self._send_digests(self._day, at)
+        if self._day is None:
+            self._rebuild_held(day)
         self._day = day
+        self._send_digests(day, at)
         self._counts, self._keys = Counter(), set()
         start = datetime.combine(day, time(), tzinfo=UTC)
         for record in queries.notices_since(self.store, start):
@@ -82,9 +94,31 @@ class ThrottledNotifier:
                 if n.dedup_key:
                     self._keys.add(n.dedup_key)
 
-    def _send_digests(self, day: date, at: datetime) -> None:
-        held, self._held = self._held, {}
-        for user, notices in sorted(held.items()):
+    def _rebuild_held(self, today: date) -> None:
+        """The held notices of recent days whose digest was not sent (a restart lost them)."""
+        start = datetime.combine(today - DIGEST_LOOKBACK, time(), tzinfo=UTC)
+        records = queries.notices_since(self.store, start)
+        sent_keys = {r.notice.dedup_key for r in records if r.sent and r.notice.dedup_key}
+        for r in records:
+            n = r.notice
+            if r.sent or n.owner is None or n.subject.startswith(_DRY_RUN):
+                continue
+            if n.dedup_key and n.dedup_key in sent_keys:
+                continue  # a repeat of a notice that went out, not a held one
+            day = self._day_of(n.at)
+            if f"digest:{n.owner.user}:{day:%Y-%m-%d}" in sent_keys:
+                continue
+            self._held.setdefault((day, n.owner.user), []).append(n)
+            self._owners[n.owner.user] = n.owner
+
+    def _send_digests(self, today: date, at: datetime) -> None:
+        """One digest per owner and past day with held notices."""
+        due = sorted(k for k in self._held if k[0] < today)
+        for day, user in due:
+            notices = self._held.pop((day, user))
+            key = f"digest:{user}:{day:%Y-%m-%d}"
+            if queries.notice_sent(self.store, key):
+                continue  # sent before a restart: once only
             lines = [f"- {n.at:%H:%M} UTC {n.subject} (workload {n.workload_id})" for n in notices]
             body = "\n".join(
                 [
@@ -104,10 +138,10 @@ class ThrottledNotifier:
                 subject=f"gpusteward digest: {len(notices)} more notice(s) from {day:%Y-%m-%d}",
                 body=body,
                 level=max((n.level for n in notices), default=Level.NOTIFY),
-                dedup_key=f"digest:{user}:{day:%Y-%m-%d}",
+                dedup_key=key,
             )
             try:
                 self.inner.send(digest)
                 self.store.record_notice(digest, sent=True)
             except Exception:  # one owner's channel failing must not lose the others' digests
-                log.exception("digest to %s not sent", user)
+                log.exception("digest to %s not sent (tried again at the next start-up)", user)

@@ -9,6 +9,8 @@ most (``Hold.ADVICE_ONLY``), and they land in the finding episodes the reports r
 
 It also keeps each workload's lifetime utilisation per GPU (for "request K GPUs") and feeds
 pool demand to the tide step (runtime/tide.py), which plans and scales on its own schedule.
+The lifetimes are saved as ledger marks (``life:<workload>``, see store/ledger.py) every few
+minutes and read back at start-up, so a restart goes on counting instead of starting again.
 
 Nothing here may fail the tick: a missing optional dependency becomes a ``notes`` line (logged
 once), any other error is logged and the tick goes on with the rules' findings alone.
@@ -21,7 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpusteward.analysis.advice import Lifetime, advise
 from gpusteward.analysis.anomaly import AnomalyUnavailable, detect
@@ -32,6 +34,7 @@ from gpusteward.runtime.demand import pool_demand
 from gpusteward.runtime.insights_settings import InsightsSettings
 from gpusteward.runtime.tide import TideStep, build_scalers
 from gpusteward.store.db import StateStore
+from gpusteward.store.ledger import LedgerStore, Mark
 from gpusteward.store.window import WindowView
 
 if TYPE_CHECKING:
@@ -48,40 +51,99 @@ class _Life:
     incarnation: str
     util_sum: dict[str, float] = field(default_factory=dict)
     util_minutes: dict[str, float] = field(default_factory=dict)
+    #: Counted up to here before a restart (read from the store); None once counting goes on.
+    since: datetime | None = None
+
+
+_LIFE = "life:"
 
 
 @dataclass
 class Lifetimes:
-    """Per workload, the utilisation of each GPU over the life gpusteward has seen (in memory:
-    a restart starts counting again)."""
+    """Per workload, the utilisation of each GPU over the life gpusteward has seen. With a
+    ``store`` the sums are saved every ``save_every_s`` as ledger marks and read back at the
+    first update, so a restart goes on counting."""
 
+    store: StateStore | None = None
+    save_every_s: float = 300.0
     _lives: dict[str, _Life] = field(default_factory=dict)
     _last: datetime | None = None
+    _loaded: bool = False
+    _saved: datetime | None = None
+    _gone: set[str] = field(default_factory=set)
 
     def update(self, view: WindowView, workloads: Sequence[Workload], now: datetime) -> None:
         """Add the time since the last update (the whole window the first time: it holds each
-        GPU's current holder's history only)."""
+        GPU's current holder's history only; for a life read back, the time since it was saved)."""
+        self._load()
         if self._last is not None and now <= self._last:
             return
         span = view.window_s if self._last is None else min((now - self._last).total_seconds(), view.window_s)
         self._last = now
-        util = view.mean(Metric.GPU_UTIL, span)
-        cov = view.coverage(Metric.GPU_UTIL, span)
+        means: dict[float, tuple[Any, Any]] = {}
         alive = set()
         for w in workloads:
             alive.add(w.id)
             life = self._lives.get(w.id)
             if life is None or life.incarnation != w.incarnation:
                 life = self._lives[w.id] = _Life(w.incarnation)
+            s = span
+            if life.since is not None:  # read back after a restart: count on from where it stopped
+                s = min(max(0.0, (now - life.since).total_seconds()), view.window_s)
+                life.since = None
+            if s not in means:
+                means[s] = (view.mean(Metric.GPU_UTIL, s), view.coverage(Metric.GPU_UTIL, s))
+            util, cov = means[s]
             for u in w.gpu_uuids:
                 i = view.index_of(u)
                 if i is None or not math.isfinite(util[i]) or not cov[i] > 0:
                     continue  # no data: neither used nor unused
-                m = float(cov[i]) * span / 60.0
+                m = float(cov[i]) * s / 60.0
                 life.util_sum[u] = life.util_sum.get(u, 0.0) + float(util[i]) * m
                 life.util_minutes[u] = life.util_minutes.get(u, 0.0) + m
         for gone in set(self._lives) - alive:
             del self._lives[gone]
+            self._gone.add(gone)
+        if self._saved is None or (now - self._saved).total_seconds() >= self.save_every_s:
+            self.save(now)
+
+    def _load(self) -> None:
+        if self._loaded or self.store is None:
+            return
+        self._loaded = True
+        for key, m in LedgerStore(self.store).marks().items():
+            if key.startswith(_LIFE):
+                d = m.data
+                self._lives[key[len(_LIFE) :]] = _Life(
+                    str(d["incarnation"]),
+                    {str(u): float(v) for u, v in dict(d["util_sum"]).items()},
+                    {str(u): float(v) for u, v in dict(d["util_minutes"]).items()},
+                    since=m.until,
+                )
+
+    def save(self, now: datetime) -> None:
+        """Save the lives counted up to ``now`` and forget those of workloads that are gone."""
+        if self.store is None:
+            return
+        marks = [
+            Mark(
+                _LIFE + wid,
+                now,
+                {
+                    "incarnation": life.incarnation,
+                    "util_sum": life.util_sum,
+                    "util_minutes": life.util_minutes,
+                },
+            )
+            for wid, life in sorted(self._lives.items())
+            if life.since is None  # one not seen since the restart keeps its mark as it was
+        ]
+        try:
+            LedgerStore(self.store).add({}, {}, marks, [_LIFE + g for g in sorted(self._gone)])
+        except Exception:  # the sums stay in memory; the next save tries again
+            log.exception("workload lifetimes not saved")
+            return
+        self._saved, self._gone = now, set()
 
     def snapshot(self) -> dict[str, Lifetime]:
         return {
@@ -213,4 +275,9 @@ def build_insights(settings: Settings, store: StateStore | None) -> Insights | N
         tide = TideStep(settings.forecast, build_scalers(settings), store, dry_run=settings.dry_run)
     if not settings.insights.enabled and tide is None:
         return None
-    return Insights(settings.insights, tide, stale_after_s=settings.analysis.stale_after_seconds)
+    return Insights(
+        settings.insights,
+        tide,
+        stale_after_s=settings.analysis.stale_after_seconds,
+        lifetimes=Lifetimes(store=store),
+    )
