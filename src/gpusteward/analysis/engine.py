@@ -20,6 +20,7 @@ import string
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +31,8 @@ from gpusteward.domain.models import Finding, Gpu, Metric, RuleAction, Workload
 from gpusteward.store.window import WindowView
 
 BoolArray = npt.NDArray[np.bool_]
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,8 @@ def _trips(
     """Which holdings trip the rule, and which workloads it judged on every GPU."""
     judged = _judged(rule, ctx, fresh)
     all_judged = h.group_all(judged)
+    if not judged.any():  # e.g. a window longer than the store keeps: nothing can trip
+        return judged, all_judged
     trip = rule.when.evaluate_bool(ctx) & judged
     if rule.spec.scope == "workload":
         trip &= all_judged[h.group]
@@ -169,78 +174,97 @@ def _findings(rule: CompiledRule, ctx: EvalContext, h: _Holdings, trip: BoolArra
     groups = h.group[tp]
     bounds = _group_bounds(groups)
     starts = bounds[:-1]
+    sizes = np.diff(bounds)
     if rule.waste is not None:
         waste = np.nan_to_num(rule.waste.evaluate_num(ctx)[tp], nan=0.0, posinf=0.0, neginf=0.0)
         minutes = np.minimum.reduceat(np.maximum(waste, 0.0), starts)
     else:
         minutes = np.full(starts.size, rule.window_s / 60.0)
-    uuids = [h.uuids[i] for i in tp.tolist()]
+    uuids = list(map(h.uuids.__getitem__, tp.tolist()))
     known = list(map(h.gpus.get, uuids))
     prices = np.fromiter((0.0 if g is None else g.price_per_hour for g in known), np.float64, len(known))
-    spans = list(zip(starts.tolist(), bounds[1:].tolist(), strict=True))
+    counts = sizes.tolist()
+    workloads = list(map(h.workloads.__getitem__, groups[starts].tolist()))
+    held = h.group_size[groups[starts]].astype(int).tolist()
+    # A workload tripping on every GPU it holds (all of a reclaim rule's findings) lists
+    # exactly its own tuple: share it rather than build an equal one.
+    bl = bounds.tolist()
+    gpu_uuids = [
+        w.gpu_uuids if k == n_held else tuple(uuids[lo:hi])
+        for w, k, n_held, lo, hi in zip(workloads, counts, held, bl[:-1], bl[1:], strict=True)
+    ]
     cols = _Columns(
-        spans=spans,
-        workloads=[h.workloads[g] for g in groups[starts].tolist()],
-        held=h.group_size[groups[starts]].astype(int).tolist(),
+        tp=tp,
+        starts=starts,
+        counts=counts,
+        workloads=workloads,
+        held=held,
         minutes=minutes.tolist(),
-        gpu_hours=(minutes / 60.0 * np.diff(bounds)).tolist(),
+        gpu_hours=(minutes / 60.0 * sizes).tolist(),
         cost=(np.add.reduceat(prices, starts) * minutes / 60.0).tolist(),
-        gpu_uuids=[tuple(uuids[lo:hi]) for lo, hi in spans],
+        uuids=uuids,
+        gpu_uuids=gpu_uuids,
     )
+    # Each finding's evidence: aggregate text -> {uuid: value}. ``zip(gpu_uuids, values)``
+    # stops at the end of the finding's GPUs without drawing from the shared iterator.
     per_aggregate: list[list[dict[str, float]]] = []
     for agg in rule.when.aggregates:
         vals = ctx.aggregate(agg)[tp]
-        vl = vals.tolist()
-        slices = zip(cols.gpu_uuids, spans, strict=True)
+        it = iter(vals.tolist())
         if np.isnan(vals).any():  # a missing value is left out rather than reported as NaN
             per_aggregate.append(
-                [{u: v for u, v in zip(gu, vl[lo:hi], strict=True) if v == v} for gu, (lo, hi) in slices]
+                [{u: v for u, v in zip(gu, it, strict=False) if v == v} for gu in cols.gpu_uuids]
             )
         else:
-            per_aggregate.append([dict(zip(gu, vl[lo:hi], strict=True)) for gu, (lo, hi) in slices])
+            per_aggregate.append([dict(zip(gu, it, strict=False)) for gu in cols.gpu_uuids])
     texts = [agg.text for agg in rule.when.aggregates]
-    evidence = [dict(zip(texts, ds, strict=True)) for ds in zip(*per_aggregate, strict=True)] or [
-        {} for _ in spans
-    ]
-    messages = _messages(rule, ctx, tp, known, cols)
-    name, kind, action, now = rule.name, rule.kind, rule.action, h.now
-    return [
-        Finding(
-            rule=name,
-            kind=kind,
-            action=action,
-            at=now,
-            gpu_uuids=gu,
-            workload_id=w.id,
-            evidence=ev,
-            wasted_minutes=m,
-            wasted_gpu_hours=gh,
-            wasted_cost=c,
-            message=msg,
-        )
-        for gu, w, ev, m, gh, c, msg in zip(
+    n = len(counts)
+    evidence: list[dict[str, dict[str, float]]]
+    if len(texts) == 1:
+        evidence = [{texts[0]: d} for d in per_aggregate[0]]
+    elif texts:
+        evidence = [dict(zip(texts, ds, strict=True)) for ds in zip(*per_aggregate, strict=True)]
+    else:
+        evidence = [{} for _ in range(n)]
+    messages = _messages(rule, ctx, known, cols)
+    # Positionally, in Finding's field order: keyword arguments cost more per finding.
+    return list(
+        map(
+            Finding,
+            itertools.repeat(rule.name, n),
+            itertools.repeat(rule.kind, n),
+            itertools.repeat(rule.action, n),
+            itertools.repeat(h.now, n),
             cols.gpu_uuids,
-            cols.workloads,
+            [w.id for w in cols.workloads],
             evidence,
             cols.minutes,
             cols.gpu_hours,
             cols.cost,
             messages,
-            strict=True,
         )
-    ]
+    )
+
+
+def _chunks(items: list[_T], counts: list[int], make: Callable[[Iterator[_T]], _R]) -> list[_R]:
+    """``make`` over consecutive runs of ``counts[i]`` items each."""
+    it = iter(items)
+    return [make(itertools.islice(it, k)) for k in counts]
 
 
 @dataclass
 class _Columns:
     """Per-finding values of one rule, one list each, in finding order."""
 
-    spans: list[tuple[int, int]]  # the finding's slice of the tripping holdings
+    tp: npt.NDArray[np.intp]  # the tripping holdings, grouped by finding
+    starts: npt.NDArray[np.intp]  # each finding's first position in ``tp``
+    counts: list[int]  # how many tripping holdings each finding has
     workloads: list[Workload]
     held: list[int]
     minutes: list[float]
     gpu_hours: list[float]
     cost: list[float]
+    uuids: list[str]  # of every tripping holding
     gpu_uuids: list[tuple[str, ...]]
 
 
@@ -257,19 +281,21 @@ def _positional(template: str) -> tuple[str, list[str]]:
     return "".join(out), names
 
 
-def _messages(
-    rule: CompiledRule, ctx: EvalContext, tp: npt.NDArray[np.intp], known: list[Gpu | None], cols: _Columns
-) -> list[str]:
+def _fmt_all(values: list[float], digits: int = 0) -> list[str]:
+    """``_fmt`` of each value. Whole numbers depend only on the value (-0.0 and 0.0 both
+    give "0"), so each distinct one is formatted once: waste minutes repeat a lot."""
+    if digits:
+        return [_fmt(v, digits) for v in values]
+    memo = {v: _fmt(v) for v in set(values)}
+    return list(map(memo.__getitem__, values))
+
+
+def _messages(rule: CompiledRule, ctx: EvalContext, known: list[Gpu | None], cols: _Columns) -> list[str]:
     """The rule's message for every finding, computing only the placeholders it uses."""
     # Folded YAML leaves line breaks and runs of spaces: normalise the template once.
     template = " ".join((rule.spec.message or "{rule}: {gpu} ({kind}) for {minutes} min").split())
     fmt, names = _positional(template)
-    n = len(cols.spans)
-    busy = [held - (hi - lo) for held, (lo, hi) in zip(cols.held, cols.spans, strict=True)]
-
-    def per_gpu(agg: Aggregate) -> list[list[float]]:
-        vl = ctx.aggregate(agg)[tp].tolist()
-        return [[v for v in vl[lo:hi] if v == v] for lo, hi in cols.spans]
+    n = len(cols.counts)
 
     def column(name: str) -> list[str]:
         if name in ("rule", "kind"):
@@ -282,14 +308,14 @@ def _messages(
         if name in ("owner", "team"):
             return [getattr(w.owner, "user" if name == "owner" else "team") for w in cols.workloads]
         if name == "gpu":
-            display = [
-                u if g is None else g.display
-                for u, g in zip(itertools.chain(*cols.gpu_uuids), known, strict=True)
-            ]
-            return [", ".join(display[lo:hi]) for lo, hi in cols.spans]
+            display = [u if g is None else g.display for u, g in zip(cols.uuids, known, strict=True)]
+            return _chunks(display, cols.counts, ", ".join)
         if name == "node":
             nodes = [None if g is None else g.node for g in known]
-            return [", ".join(dict.fromkeys(x for x in nodes[lo:hi] if x)) or "?" for lo, hi in cols.spans]
+            return [
+                ", ".join(dict.fromkeys(x for x in ns if x)) or "?"
+                for ns in _chunks(nodes, cols.counts, list)
+            ]
         if name == "util":
             window = (rule.window_s,)
             util = (
@@ -297,23 +323,28 @@ def _messages(
                 if rule.window_s > 0
                 else Aggregate("last", Metric.GPU_UTIL)
             )
-            return [_fmt(max(vs)) if vs else "?" for vs in per_gpu(util)]
+            # fmax skips NaN like the max of the present values; all missing is NaN: "?".
+            return _fmt_all(np.fmax.reduceat(ctx.aggregate(util)[cols.tp], cols.starts).tolist())
         if name == "mem_gib":
-            return [
-                _fmt(sum(vs) / 1024.0, 1) if vs else "?" for vs in per_gpu(Aggregate("last", Metric.MEM_USED))
-            ]
+            mem = ctx.aggregate(Aggregate("last", Metric.MEM_USED))[cols.tp].tolist()
+            present = _chunks(mem, cols.counts, lambda vs: [v for v in vs if v == v])
+            return [_fmt(sum(vs) / 1024.0, 1) if vs else "?" for vs in present]
         if name == "gpus":
-            return [str(hi - lo) for lo, hi in cols.spans]
+            return [str(k) for k in cols.counts]
         if name in ("held", "busy", "suggest_gpus"):
-            counts = cols.held if name == "held" else busy
+            counts = cols.held
+            if name != "held":
+                counts = [held - k for held, k in zip(cols.held, cols.counts, strict=True)]
             return [str(max(1, x) if name == "suggest_gpus" else x) for x in counts]
         if name == "minutes":
-            return [_fmt(x) for x in cols.minutes]
+            return _fmt_all(cols.minutes)
         return [_fmt(x, 2) for x in (cols.gpu_hours if name == "gpu_hours" else cols.cost)]
 
     if not names:
         return [template] * n
-    return [fmt.format(*row) for row in zip(*(column(name) for name in names), strict=True)]
+    if len(names) == 1:
+        return [fmt.format(x) for x in column(names[0])]
+    return list(itertools.starmap(fmt.format, zip(*(column(name) for name in names), strict=True)))
 
 
 def analyse(rules: Sequence[CompiledRule], inp: AnalysisInput) -> AnalysisResult:
