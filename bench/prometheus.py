@@ -32,7 +32,6 @@ from typing import Any
 import httpx
 import numpy as np
 
-from gpusteward.analysis.engine import AnalysisInput, analyse
 from gpusteward.domain.models import RuleAction, utc
 from gpusteward.runtime.config import load_settings
 from gpusteward.runtime.wiring import build_steward
@@ -138,16 +137,7 @@ def run(n: int, repeats: int, workdir: Path) -> dict[str, Any]:
         now = utc(end_s)
 
         def analysis() -> object:  # (b) a fresh view each time: nothing memoised
-            return analyse(
-                steward.rules,
-                AnalysisInput(
-                    view=steward.window.view(now),
-                    gpus=steward.gpus,
-                    workloads=list(steward.workloads.values()),
-                    now=now,
-                    stale_after_s=steward.stale_after_s,
-                ),
-            )
+            return steward.analyse(now)
 
         analysis()
         analysis_ms = median_ms(analysis, repeats)

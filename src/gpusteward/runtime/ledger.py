@@ -191,9 +191,12 @@ class LedgerRecorder:
                 continue
             # A two-phase stop succeeds at its follow-up, often after the workload has left the
             # source (it ended on the checkpoint signal): credit it from its stored snapshot.
-            w = workloads.get(d.workload_id) or self._remembered(d.workload_id)
+            w = workloads.get(d.workload_id)
             if w is None:
-                continue
+                rec = self.store.workload_info(d.workload_id)
+                if rec is None:
+                    continue
+                w = rec.to_workload()
             key = f"{_SAVED}{w.id}:{w.incarnation}"
             if key in self._active or key in self._done:
                 continue  # a force after a graceful stop frees the same GPUs once
@@ -216,23 +219,6 @@ class LedgerRecorder:
             else:
                 self._done[key] = end
             self._dirty.add(key)
-
-    def _remembered(self, workload_id: str) -> Workload | None:
-        rec = self.store.workload_info(workload_id)
-        if rec is None:
-            return None
-        return Workload(
-            id=rec.id,
-            kind=rec.kind,
-            name=rec.name,
-            owner=rec.owner,
-            gpus_requested=len(rec.gpu_uuids),
-            gpu_uuids=rec.gpu_uuids,
-            started_at=rec.started_at,
-            source=rec.source,
-            labels=rec.labels,
-            annotations=rec.annotations,
-        )
 
     def _accrue(self, now: datetime) -> None:
         for key in sorted(self._active):

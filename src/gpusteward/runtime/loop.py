@@ -173,32 +173,25 @@ class Steward:
         if obs is not None and leader:
             self.store.remember_workloads(list(self.workloads.values()), now)
         workloads = self.workloads
-        analysis = analyse(
-            self.rules,
-            AnalysisInput(
-                view=self.window.view(now),
-                gpus=self.gpus,
-                workloads=list(workloads.values()),
-                now=now,
-                stale_after_s=self.stale_after_s,
-            ),
-        )
+        analysis = self.analyse(now)
         if self.insights is not None:
             analysis = self.insights(self, now, analysis)
+        # What a follower reports: it sensed and analysed, and decided and did nothing.
+        report = TickReport(
+            at=now,
+            source_ok=obs is not None,
+            gpus=len(self.gpus),
+            workloads=len(workloads),
+            findings=analysis.findings,
+            decisions=(),
+            actions=(),
+            stale_gpus=len(analysis.stale_gpus),
+            paused=False,
+            errors=tuple(errors),
+            leader=False,
+        )
         if not leader:
-            return TickReport(
-                at=now,
-                source_ok=obs is not None,
-                gpus=len(self.gpus),
-                workloads=len(workloads),
-                findings=analysis.findings,
-                decisions=(),
-                actions=(),
-                stale_gpus=len(analysis.stale_gpus),
-                paused=False,
-                errors=tuple(errors),
-                leader=False,
-            )
+            return report
         if jump_s:
             self._rebase_ladders(jump_s, now)
         wasting = {
@@ -218,17 +211,20 @@ class Steward:
         if callable(flush):
             flush(now)  # a throttling notifier sends yesterday's digests
         self._record_ledger(now, obs, workloads, analysis.findings, actions)
-        return TickReport(
-            at=now,
-            source_ok=obs is not None,
-            gpus=len(self.gpus),
-            workloads=len(workloads),
-            findings=analysis.findings,
-            decisions=decisions,
-            actions=tuple(actions),
-            stale_gpus=len(analysis.stale_gpus),
-            paused=paused,
-            errors=tuple(errors),
+        return replace(report, decisions=decisions, actions=tuple(actions), paused=paused, leader=True)
+
+    def analyse(self, now: datetime, rules: Sequence[CompiledRule] | None = None) -> AnalysisResult:
+        """The rules (``rules`` instead of the loop's own: a rule edit's preview) over the window
+        and the workloads of the last good observation, at ``now``."""
+        return analyse(
+            self.rules if rules is None else rules,
+            AnalysisInput(
+                view=self.window.view(now),
+                gpus=self.gpus,
+                workloads=list(self.workloads.values()),
+                now=now,
+                stale_after_s=self.stale_after_s,
+            ),
         )
 
     def _record_ledger(

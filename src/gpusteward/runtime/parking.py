@@ -219,17 +219,10 @@ def _control(settings: Settings, adapters: Adapters) -> NodeControl:
 
         return SimNodeControl(adapters.cluster)
     if name == "slurm":
+        from gpusteward.runtime.slurm import slurm_runner
         from gpusteward.sensing.slurm.nodes import SlurmNodeControl
-        from gpusteward.sensing.slurm.runner import SlurmRunner
 
-        cfg = settings.source.slurm
-        runner = SlurmRunner(
-            binaries=cfg.binaries,
-            bin_dir=cfg.bin_dir,
-            slurm_conf=cfg.slurm_conf,
-            timeout_s=cfg.command_timeout_seconds,
-        )
-        return SlurmNodeControl(runner)
+        return SlurmNodeControl(slurm_runner(settings))
     if name == "kubernetes":
         from gpusteward.execution.kubernetes.nodes import KubernetesNodeControl
         from gpusteward.sensing.kubernetes.api import KubeApi

@@ -49,17 +49,23 @@ def metric_source(settings: Settings, clock: Clock) -> Source:
     return factory(settings, clock).source
 
 
-def build_slurm(
-    settings: Settings, clock: Clock, *, metrics: Source | None = None, executor_clock: Clock | None = None
-) -> SlurmParts:
-    """Everything the Slurm source needs; ``metrics`` replaces the configured metric source."""
+def slurm_runner(settings: Settings) -> SlurmRunner:
+    """The runner of Slurm's commands as ``source.slurm`` configures it (binaries, conf, timeout)."""
     cfg = settings.source.slurm
-    runner = SlurmRunner(
+    return SlurmRunner(
         binaries=cfg.binaries,
         bin_dir=cfg.bin_dir,
         slurm_conf=cfg.slurm_conf,
         timeout_s=cfg.command_timeout_seconds,
     )
+
+
+def build_slurm(
+    settings: Settings, clock: Clock, *, metrics: Source | None = None, executor_clock: Clock | None = None
+) -> SlurmParts:
+    """Everything the Slurm source needs; ``metrics`` replaces the configured metric source."""
+    cfg = settings.source.slurm
+    runner = slurm_runner(settings)
     tz = None
     if cfg.controller_timezone:
         try:

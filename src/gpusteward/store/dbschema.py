@@ -386,6 +386,22 @@ class WorkloadRecord:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
 
+    def to_workload(self) -> Workload:
+        """The workload as last seen (it may have ended since), e.g. to account for a stop
+        that completed after the workload left the source."""
+        return Workload(
+            id=self.id,
+            kind=self.kind,
+            name=self.name,
+            owner=self.owner,
+            gpus_requested=len(self.gpu_uuids),
+            gpu_uuids=self.gpu_uuids,
+            started_at=self.started_at,
+            source=self.source,
+            labels=self.labels,
+            annotations=self.annotations,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """Flat plain data for tables and JSON output (times stay aware ``datetime``s)."""
         return {

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from gpusteward.analysis.engine import AnalysisInput, analyse
 from gpusteward.analysis.rules import CompiledRule, compile_rules, parse_rule_pack
 from gpusteward.domain.models import ApprovalStatus, Gpu, Metric, RuleAction
 from gpusteward.runtime.loop import Steward
@@ -433,16 +432,7 @@ def preview(
     rules = compile_rules(pack, window_s=window_s)
     if steward is None:
         return rules, []
-    result = analyse(
-        rules,
-        AnalysisInput(
-            view=steward.window.view(now),
-            gpus=steward.gpus,
-            workloads=list(steward.workloads.values()),
-            now=now,
-            stale_after_s=steward.stale_after_s,
-        ),
-    )
+    result = steward.analyse(now, rules)
     workloads = steward.workloads
     rows = []
     for f in result.findings:

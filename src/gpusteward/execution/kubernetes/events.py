@@ -13,21 +13,13 @@ from collections.abc import Callable
 
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import Level, Notice, Workload
+from gpusteward.domain.podref import pods_of
 from gpusteward.domain.ports import Clock, Notifier, SystemClock
 from gpusteward.execution.kubernetes.control import EVENTS, KubeControl, micro_time
 
 log = logging.getLogger(__name__)
 
 CONTROLLER = "gpusteward.io/steward"
-
-
-def _pods(workload: Workload) -> list[tuple[str, str]]:
-    out = []
-    for item in (workload.ref.get("pods") or "").split(";"):
-        name, _, uid = item.partition("=")
-        if name:
-            out.append((name, uid))
-    return out
 
 
 class EventPoster:
@@ -40,7 +32,7 @@ class EventPoster:
 
     def post(self, workload: Workload, action: str, reason: str, note: str, kind: str = "Normal") -> None:
         ns = workload.ref.get("namespace", "")
-        for name, uid in _pods(workload):
+        for name, uid in pods_of(workload.ref):
             body = {
                 "apiVersion": "events.k8s.io/v1",
                 "kind": "Event",

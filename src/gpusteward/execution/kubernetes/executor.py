@@ -27,6 +27,7 @@ from typing import Any
 
 from gpusteward.domain.errors import ExecutionError, PreflightFailed, SourceError
 from gpusteward.domain.models import PROTECT_KEY, Decision, Level, Outcome, Workload
+from gpusteward.domain.podref import pods_of
 from gpusteward.domain.ports import Clock, SystemClock
 from gpusteward.execution.kubernetes.control import (
     KUBEFLOW_STOPPED_KEY,
@@ -44,16 +45,6 @@ from gpusteward.execution.kubernetes.control import (
 from gpusteward.execution.kubernetes.events import EventPoster
 
 log = logging.getLogger(__name__)
-
-
-def pods_of(workload: Workload) -> list[tuple[str, str]]:
-    """(name, uid) of the pods the source grouped into ``workload``."""
-    out = []
-    for item in (workload.ref.get("pods") or "").split(";"):
-        name, _, uid = item.partition("=")
-        if name:
-            out.append((name, uid))
-    return out
 
 
 def resource_of(workload: Workload) -> Res:
@@ -160,7 +151,7 @@ class KubernetesExecutor:
         """Pods of this incarnation still there (terminating ones included)."""
         ns = workload.ref.get("namespace", "")
         left = []
-        for name, uid in pods_of(workload):
+        for name, uid in pods_of(workload.ref):
             reply = self._call(f"get pod {ns}/{name}", self.api.get, PODS, ns, name)
             if reply.status == 404:
                 continue
@@ -272,7 +263,7 @@ class KubernetesExecutor:
     def _evict(self, workload: Workload) -> Outcome:
         ns = workload.ref["namespace"]
         evicted, refused = [], []
-        for name, uid in pods_of(workload):
+        for name, uid in pods_of(workload.ref):
             reply = self._call(f"evict pod {ns}/{name}", self.api.evict, ns, name, uid, self.grace_s)
             if reply.ok:
                 evicted.append(name)
@@ -298,7 +289,7 @@ class KubernetesExecutor:
     def _delete(self, workload: Workload) -> Outcome:
         ns = workload.ref["namespace"]
         deleted = []
-        for name, uid in pods_of(workload):
+        for name, uid in pods_of(workload.ref):
             reply = self._call(f"delete pod {ns}/{name}", self.api.delete_pod, ns, name, uid, 0)
             if reply.ok:
                 deleted.append(name)

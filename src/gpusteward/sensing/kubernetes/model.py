@@ -22,6 +22,7 @@ from gpusteward.domain.models import (
     Workload,
     WorkloadKind,
 )
+from gpusteward.domain.podref import PODS_KEY, encode_pods
 from gpusteward.sensing.kubernetes.api import Resource
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -326,7 +327,7 @@ def build_workload(
         "version": res.version if res else "",
         "plural": res.plural if res else "pods",
         "mode": mode.value,
-        "pods": ";".join(f"{p.name}={p.uid}" for p in pods),
+        PODS_KEY: encode_pods((p.name, p.uid) for p in pods),
         "node": ",".join(sorted({p.node for p in pods})),
         "containers": ",".join(sorted({c for p in pods for c in p.containers})),
     }
@@ -344,13 +345,3 @@ def build_workload(
         annotations=MappingProxyType(annotations),
         ref=MappingProxyType(ref),
     )
-
-
-def pods_of(ref: Mapping[str, str]) -> list[tuple[str, str]]:
-    """(name, uid) of the pods a workload's ``ref`` names."""
-    out = []
-    for item in (ref.get("pods") or "").split(";"):
-        name, _, uid = item.partition("=")
-        if name:
-            out.append((name, uid))
-    return out

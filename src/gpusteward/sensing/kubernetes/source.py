@@ -20,6 +20,7 @@ from typing import Any
 
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import Gpu, Observation, Workload, WorkloadKind
+from gpusteward.domain.podref import pods_of
 from gpusteward.domain.ports import Clock, Source, SystemClock
 from gpusteward.sensing.kubernetes.api import PODS, KubeApi
 from gpusteward.sensing.kubernetes.cache import WatchCache
@@ -30,7 +31,6 @@ from gpusteward.sensing.kubernetes.model import (
     build_workload,
     meta,
     pod_info,
-    pods_of,
     unit_of,
 )
 from gpusteward.sensing.kubernetes.owners import OwnerResolver
