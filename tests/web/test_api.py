@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -268,6 +269,46 @@ def test_rule_preview_validates_and_flags_what_is_idle_now(demo: Demo, client: T
     part = client.post("/rules/preview", data={"text": text, "csrf": csrf})
     assert part.status_code == 200
     assert 'id="preview-findings"' in part.text
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (  # "billion laughs": 9 levels of 9 aliases; refused at its first anchor, before expansion
+            "a: &a [x, x, x, x, x, x, x, x, x]\n"
+            + "\n".join(
+                f"{c}: &{c} [{', '.join(['*' + p] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+            )
+            + "\nrules: []\n",
+            "anchors",
+        ),
+        ("a: &a [*a]\n", "anchors"),
+        ("? {a: 1}\n: b\n", "plain value"),
+        ("rules: []\nn: " + "9" * 310 + "\n", "64 bits"),
+        ("rules:\n- name: r\n  kind: idle\n  when: x\n  when: y\n", "duplicate key"),
+    ],
+)
+def test_hostile_rule_packs_get_a_reason_not_a_500(
+    demo: Demo, client: TestClient, text: str, problem: str
+) -> None:
+    r = client.post("/api/v1/rules/preview", json={"text": text}, headers=bearer(demo.tokens["viewer"]))
+    assert r.status_code == 422
+    assert problem in r.json()["error"]
+
+
+def test_oversized_bodies_are_refused_before_they_are_read(demo: Demo, client: TestClient) -> None:
+    h = bearer(demo.tokens["viewer"])
+    big = client.post("/api/v1/rules/preview", json={"text": "#" * 2_000_000}, headers=h)
+    assert big.status_code == 413
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it streams, cut at the limit
+        yield b'{"text": "'
+        for _ in range(300):
+            yield b"#" * 10_000
+        yield b'"}'
+
+    streamed = client.post("/api/v1/rules/preview", content=chunks(), headers=h)
+    assert streamed.status_code == 413
 
 
 def test_saving_rules_needs_admin_and_a_rules_file(demo: Demo, tmp_path: Path) -> None:

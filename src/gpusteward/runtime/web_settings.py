@@ -32,6 +32,12 @@ class WebSettings(BaseModel):
     secure_cookies: bool = Field(
         False, description="Send the session cookie only over HTTPS (turn on behind a TLS proxy)."
     )
+    max_body_bytes: int = Field(
+        1_048_576,
+        ge=1024,
+        le=64 * 1_048_576,
+        description="Largest request body the web app reads (a rule pack, a form); larger ones get 413.",
+    )
     rules_file: Path | None = Field(
         None,
         description="Rule pack the rules page saves edits to (admins only); it must be listed in "

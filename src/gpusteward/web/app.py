@@ -28,6 +28,7 @@ from gpusteward.store.db import StateStore
 from gpusteward.web import api, pages
 from gpusteward.web.auth import Auth, AuthError
 from gpusteward.web.context import WebContext
+from gpusteward.web.limits import BodyLimit
 from gpusteward.web.live import Live, Nothing
 
 STATIC = Path(__file__).parent / "static"
@@ -71,6 +72,7 @@ def create_web_app(
         openapi_url=None,
     )
     app.state.web = ctx
+    app.add_middleware(BodyLimit, max_bytes=settings.web.max_body_bytes)
 
     @app.exception_handler(AuthError)
     async def _refused(request: Request, e: AuthError) -> Response:

@@ -21,6 +21,7 @@ from markupsafe import Markup
 from gpusteward.analysis.charts import bar_chart, hbar_chart
 from gpusteward.domain.errors import ConfigError, ControlError, RuleError
 from gpusteward.domain.models import ApprovalStatus, Metric
+from gpusteward.domain.yamlload import load_yaml
 from gpusteward.notify.links import LinkError, LinkSigner, verify
 from gpusteward.store.access import Role
 from gpusteward.web import data
@@ -427,8 +428,11 @@ def _save_rules(path: Path, specs: list[dict[str, Any]]) -> None:
     """Replace (by name) or add the edited rules in the rule file, keeping its other rules."""
     current: list[dict[str, Any]] = []
     if path.exists():
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        current = list(loaded.get("rules") or [])
+        try:
+            loaded = load_yaml(path).data or {}
+        except ConfigError as e:
+            raise RuleError(e.problem, path=e.path, line=e.line) from e
+        current = list(loaded.get("rules") or []) if isinstance(loaded, dict) else []
     by_name = {s["name"]: s for s in specs}
     merged = [by_name.pop(str(r.get("name")), r) for r in current] + list(by_name.values())
     text = yaml.safe_dump({"rules": merged}, sort_keys=False, allow_unicode=True, width=100)

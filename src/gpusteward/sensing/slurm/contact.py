@@ -13,9 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import yaml
-
-from gpusteward.domain.errors import SourceError
+from gpusteward.domain.errors import ConfigError, SourceError
+from gpusteward.domain.yamlload import parse_yaml
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +24,8 @@ _EMAIL = re.compile(r"[^@\s,;:<>]+@[^@\s,;:<>]+\.[^@\s,;:<>]+")
 def parse_mapping(text: str) -> dict[str, str]:
     """``user: address`` YAML, or one ``user address`` / ``user,address`` per line (``#`` comments)."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data = parse_yaml(text, "<contacts>").data
+    except ConfigError:
         data = None
     if isinstance(data, Mapping):
         return {str(k).strip(): str(v).strip() for k, v in data.items() if v is not None}
