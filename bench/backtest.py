@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 import numpy as np
 
 from gpusteward.domain.models import Gpu, Owner, utc
-from gpusteward.runtime.backtest import run_backtest
+from gpusteward.integrations.replay import ReplaySource, Trace, TraceWorkload
 from gpusteward.runtime.config import Settings
-from gpusteward.sensing.replay import ReplaySource, Trace, TraceWorkload
+from gpusteward.scenarios.backtest import run_backtest
 
 T0 = datetime(2026, 3, 2, tzinfo=UTC).timestamp()
 LAYOUTS = ((8,), (4, 4), (4, 2, 2), (2, 2, 2, 2), (4, 2, 1, 1), (1,) * 8)

@@ -36,14 +36,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from gpusteward.sensing.exporter import NodeCollector, registry_for
-from gpusteward.sensing.nvml.captures import node_from_capture
-from gpusteward.sensing.nvml.choke import Nvml
-from gpusteward.sensing.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib, FakeProcess
-from gpusteward.sensing.nvml.sampler import NvmlSampler
-from gpusteward.sensing.nvml.settings import NvmlSourceSettings
-from gpusteward.sensing.nvml.source import NvmlSource
-from gpusteward.sensing.procfs import ProcReader
+from gpusteward.integrations.nvml.captures import node_from_capture
+from gpusteward.integrations.nvml.choke import Nvml
+from gpusteward.integrations.nvml.exporter import NodeCollector, registry_for
+from gpusteward.integrations.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib, FakeProcess
+from gpusteward.integrations.nvml.procfs import ProcReader
+from gpusteward.integrations.nvml.sampler import NvmlSampler
+from gpusteward.integrations.nvml.settings import NvmlSourceSettings
+from gpusteward.integrations.nvml.source import NvmlSource
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = (
@@ -189,9 +189,10 @@ def scrape(gpus: int, procs: int, repeats: int, root: Path) -> dict[str, float]:
 
 def node_mode(gpus: int, procs: int, ticks: int, root: Path) -> dict[str, float]:
     """Runs in a child process: the agent's loop with the nvml source and the exporter's collector."""
+    from gpusteward.integrations.nvml.build import build as build_nvml
+    from gpusteward.runtime.build import build_steward
     from gpusteward.runtime.config import load_settings
-    from gpusteward.runtime.nvml_wiring import nvml_adapters
-    from gpusteward.runtime.wiring import build_steward
+    from gpusteward.runtime.registry import build_context
 
     class Clock:
         def __init__(self) -> None:
@@ -214,7 +215,11 @@ def node_mode(gpus: int, procs: int, ticks: int, root: Path) -> dict[str, float]
     )
     clock = Clock()
     lib = FakeNvmlLib(make_node(gpus, procs))
-    steward, _ = build_steward(settings, clock=clock, adapters=nvml_adapters(settings, clock, lib=lib))
+    steward, _ = build_steward(
+        settings,
+        clock=clock,
+        integration=build_nvml(settings.source.nvml, build_context(settings, clock), lib=lib),
+    )
     registry = registry_for(NodeCollector(NvmlSampler(Nvml(lib)), ProcReader(root), "bench"))
     for _ in range(ticks):
         steward.tick()

@@ -33,11 +33,11 @@ import httpx
 import numpy as np
 
 from gpusteward.domain.models import RuleAction, utc
+from gpusteward.integrations.prometheus.localserver import LocalPrometheus
+from gpusteward.integrations.prometheus.source import PrometheusSource
+from gpusteward.integrations.sim import SimClock
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.wiring import build_steward
-from gpusteward.sensing.prometheus.localserver import LocalPrometheus
-from gpusteward.sensing.prometheus.source import PrometheusSource
-from gpusteward.sim import SimClock
 
 SCRAPE_S, HOUR_S, TICK_S = 10, 3600, 30
 ZOMBIE_SHARE = 0.05

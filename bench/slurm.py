@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpusteward.domain.models import Gpu, Observation, Sample
-from gpusteward.sensing.slurm import JobView, SlurmJob, SlurmSource, parse_jobs_json
+from gpusteward.integrations.slurm import JobView, SlurmJob, SlurmSource, parse_jobs_json
 
 FIXTURE = (
     Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "slurm" / "squeue_22.05_gpus_array.json"

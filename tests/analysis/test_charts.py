@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from gpusteward.analysis.charts import bar_chart, fmt, hbar_chart, nice_max
+from gpusteward.report.charts import bar_chart, fmt, hbar_chart, nice_max
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -23,18 +23,18 @@ import pytest
 from gpusteward.domain.errors import ExecutionError, PreflightFailed
 from gpusteward.domain.models import ActionStatus, Decision, Level, Owner, Workload, WorkloadKind
 from gpusteward.domain.ports import SystemClock
-from gpusteward.execution.base import ActionRunner
-from gpusteward.execution.followup import follow_up
-from gpusteward.execution.process import CHECKPOINT_SIGNAL_KEY, ProcessExecutor, parse_signal
-from gpusteward.execution.reconcile import Reconciler
+from gpusteward.integrations.nvml.choke import Nvml
+from gpusteward.integrations.nvml.executor import CHECKPOINT_SIGNAL_KEY, ProcessExecutor, parse_signal
+from gpusteward.integrations.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib, FakeProcess
+from gpusteward.integrations.nvml.procfs import ProcInfo, ProcReader
+from gpusteward.integrations.nvml.sampler import NvmlSampler
+from gpusteward.integrations.nvml.settings import NvmlSourceSettings
+from gpusteward.integrations.nvml.source import CHECKPOINT_SIGNAL_KEY as SOURCE_KEY
+from gpusteward.integrations.nvml.source import NvmlSource
 from gpusteward.notify import MemoryNotifier
-from gpusteward.sensing.nvml.choke import Nvml
-from gpusteward.sensing.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib, FakeProcess
-from gpusteward.sensing.nvml.sampler import NvmlSampler
-from gpusteward.sensing.nvml.settings import NvmlSourceSettings
-from gpusteward.sensing.nvml.source import CHECKPOINT_SIGNAL_KEY as SOURCE_KEY
-from gpusteward.sensing.nvml.source import NvmlSource
-from gpusteward.sensing.procfs import ProcInfo, ProcReader
+from gpusteward.runtime.followup import follow_up
+from gpusteward.runtime.reconcile import Reconciler
+from gpusteward.runtime.runner import ActionRunner
 from gpusteward.store.db import StateStore
 
 GPU = "GPU-5f2c1a9e-0000-4000-8000-000000000001"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpusteward.domain.models import ActionStatus, Level
-from gpusteward.execution.reconcile import Judgement, Reconciler
 from gpusteward.notify.templates import notice_for
+from gpusteward.runtime.reconcile import Judgement, Reconciler
 
 from .test_runner import T0, Recorder, decision, runner, workload
 

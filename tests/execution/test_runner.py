@@ -16,9 +16,9 @@ from gpusteward.domain.models import (
     Workload,
     WorkloadKind,
 )
-from gpusteward.execution.base import ActionRunner
+from gpusteward.integrations.sim import SimClock
 from gpusteward.notify import MemoryNotifier
-from gpusteward.sim import SimClock
+from gpusteward.runtime.runner import ActionRunner
 from gpusteward.store.db import StateStore
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

@@ -9,8 +9,8 @@ import pytest
 
 from gpusteward.domain.errors import ExecutionError, SourceError
 from gpusteward.domain.models import Decision, Level, Owner, Workload, WorkloadKind
-from gpusteward.execution.slurm import SlurmExecutor
-from gpusteward.sim import SimClock
+from gpusteward.integrations.sim import SimClock
+from gpusteward.integrations.slurm.executor import SlurmExecutor
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
 

@@ -64,7 +64,7 @@ class ScriptedMetrics:
     def observe(self, now: Any) -> Any:
         from gpusteward.domain.errors import SourceError
         from gpusteward.domain.models import Gpu, Observation, Sample, WorkloadKind
-        from gpusteward.sensing.prometheus.parse import Holder, build_workloads
+        from gpusteward.integrations.prometheus.parse import Holder, build_workloads
 
         if self.fail:
             raise SourceError(self.fail)

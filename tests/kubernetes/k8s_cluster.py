@@ -226,3 +226,13 @@ def scenario(agent_namespace: str = "gpusteward") -> FakeCluster:
     c.put("", "pods", gpu_pod("pod2.json", "gpu-feature-discovery-x", "kube-system", None, node=NODE_2))
     c.put("", "pods", gpu_pod("pod1.json", "agent-debug", agent_namespace, None, node=NODE_2))
     return c
+
+
+def lease_for(settings: Any, **kw: Any) -> Any:
+    """The Lease leadership ``ha`` configures, as the registry builds it."""
+    from gpusteward.integrations.kubernetes.build import lease_leadership
+
+    ha = settings.ha
+    return lease_leadership(
+        settings.source.kubernetes, ha.lease_namespace, ha.lease_name, ha.lease_seconds, **kw
+    )

@@ -9,8 +9,8 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from gpusteward.cli.app import app
-from gpusteward.execution.kubernetes.control import ORIGINAL_REPLICAS_KEY
+from gpusteward.cli.commands import app
+from gpusteward.integrations.kubernetes.control import ORIGINAL_REPLICAS_KEY
 
 
 def config_for(tmp_path: Path, url: str) -> Path:
@@ -75,18 +75,18 @@ def test_restore_help_teaches() -> None:
 
 
 def test_the_registry_builds_the_kubernetes_source_from_a_kubeconfig(tmp_path: Path, server: Any) -> None:
-    from gpusteward.execution.kubernetes import KubernetesExecutor
+    from gpusteward.integrations.kubernetes.executor import KubernetesExecutor
+    from gpusteward.integrations.sim import SimClock
+    from gpusteward.runtime.build import SOURCES, build_integration
     from gpusteward.runtime.config import load_settings
-    from gpusteward.runtime.wiring import SOURCES, build_adapters
-    from gpusteward.sim import SimClock
 
     assert "kubernetes" in SOURCES
     settings = load_settings(config_for(tmp_path, server.url))
-    adapters = build_adapters(settings, SimClock(datetime.now(UTC)))
+    integration = build_integration(settings, SimClock(datetime.now(UTC)))
     try:
-        assert adapters.source.name == "kubernetes"
-        assert isinstance(adapters.executors[0], KubernetesExecutor)
-        assert adapters.wrap_notifier is not None
-        assert adapters.source.metrics.name == "prometheus"  # type: ignore[attr-defined]
+        assert integration.source.name == "kubernetes"
+        assert isinstance(integration.executors[0], KubernetesExecutor)
+        assert integration.wrap_notifier is not None
+        assert integration.source.metrics.name == "prometheus"  # type: ignore[attr-defined]
     finally:
-        adapters.source.close()
+        integration.source.close()

@@ -11,9 +11,9 @@ from test_source import parts_for
 
 from gpusteward.domain.errors import ExecutionError, PreflightFailed
 from gpusteward.domain.models import Decision, Level, Workload
-from gpusteward.execution.kubernetes.control import KUBEFLOW_STOPPED_KEY, ORIGINAL_REPLICAS_KEY
+from gpusteward.integrations.kubernetes.build import KubernetesParts, restore_workload
+from gpusteward.integrations.kubernetes.control import KUBEFLOW_STOPPED_KEY, ORIGINAL_REPLICAS_KEY
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.kubernetes_wiring import KubernetesParts, restore_workload
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -136,14 +136,14 @@ def test_notebook_stops_the_kubeflow_way_and_restores(
     assert cluster.get("apps", "statefulsets", "ml", "alice-nb")["spec"]["replicas"] == 0
     assert cluster.get("", "pods", "ml", "alice-nb-0") is None
     settings = load_settings(None)
-    said = restore_workload(settings, "k8s:ml/notebook/alice-nb", client=api_client)
+    said = restore_workload(settings.source.kubernetes, "k8s:ml/notebook/alice-nb", client=api_client)
     assert "started notebook" in said
     nb = cluster.get("kubeflow.org", "notebooks", "ml", "alice-nb")
     assert KUBEFLOW_STOPPED_KEY not in nb["metadata"]["annotations"]
     assert ORIGINAL_REPLICAS_KEY not in nb["metadata"]["annotations"]
     assert cluster.get("", "pods", "ml", "alice-nb-0") is not None
     with pytest.raises(ExecutionError, match="did not stop it"):
-        restore_workload(settings, "ml/notebook/alice-nb", client=api_client)
+        restore_workload(settings.source.kubernetes, "ml/notebook/alice-nb", client=api_client)
 
 
 def test_eviction_honours_the_pdb(parts: KubernetesParts, cluster: Any) -> None:

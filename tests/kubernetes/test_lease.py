@@ -8,9 +8,10 @@ from typing import Any
 from k8s_fakeapi import FakeApiServer
 
 from gpusteward.domain.ports import Leadership
+from gpusteward.integrations.sim import SimClock
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.kubernetes_wiring import lease_leadership
-from gpusteward.sim import SimClock
+
+from .k8s_cluster import lease_for
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -19,8 +20,8 @@ def contenders(api_client: Any, clock: SimClock) -> tuple[Any, Any]:
     settings = load_settings(
         None, ha={"leader_election": "kubernetes-lease", "lease_namespace": "gpusteward", "lease_seconds": 15}
     )
-    a = lease_leadership(settings, client=api_client, clock=clock)
-    b = lease_leadership(settings, client=api_client, clock=clock)
+    a = lease_for(settings, client=api_client, clock=clock)
+    b = lease_for(settings, client=api_client, clock=clock)
     assert isinstance(a, Leadership)
     assert a.identity != b.identity
     return a, b
@@ -76,9 +77,7 @@ def test_racing_for_an_expired_lease_one_gets_409(api_client: Any, server: FakeA
         assert b.acquire() is True
         return real_replace(*args)
 
-    c = lease_leadership(
-        load_settings(None, ha={"lease_namespace": "gpusteward"}), client=api_client, clock=clock
-    )
+    c = lease_for(load_settings(None, ha={"lease_namespace": "gpusteward"}), client=api_client, clock=clock)
     assert not c.acquire()  # observes the record
     clock.sleep(20)
     c.api.replace = late_replace  # type: ignore[method-assign]

@@ -19,9 +19,12 @@ import pytest
 
 from gpusteward.domain.models import Decision, Level, Owner, Workload, WorkloadKind
 from gpusteward.domain.ports import SystemClock
-from gpusteward.execution.kubernetes.control import ORIGINAL_REPLICAS_KEY
+from gpusteward.integrations.kubernetes.build import build_kubernetes, restore_workload
+from gpusteward.integrations.kubernetes.control import ORIGINAL_REPLICAS_KEY
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.kubernetes_wiring import build_kubernetes, lease_leadership, restore_workload
+from gpusteward.runtime.registry import build_context
+
+from .k8s_cluster import lease_for
 
 pytestmark = [
     pytest.mark.kubernetes_live,
@@ -65,12 +68,8 @@ def live() -> Iterator[tuple[Any, str]]:
 def test_scale_restore_and_lease_on_a_real_cluster(live: tuple[Any, str]) -> None:
     api_client, ns = live
     settings = load_settings(None, ha={"lease_namespace": ns})
-    parts = build_kubernetes(
-        settings,
-        SystemClock(),
-        client=api_client,
-        metrics=_NoMetrics(),
-    )
+    ctx = build_context(settings, SystemClock(), metrics=_NoMetrics())
+    parts = build_kubernetes(settings.source.kubernetes, ctx, client=api_client)
     w = Workload(
         f"k8s:{ns}/deployment/idle",
         WorkloadKind.POD,
@@ -98,9 +97,11 @@ def test_scale_restore_and_lease_on_a_real_cluster(live: tuple[Any, str]) -> Non
     dep = parts.api.get(("apps", "v1", "deployments", True), ns, "idle").body
     assert dep["spec"]["replicas"] == 0
     assert dep["metadata"]["annotations"][ORIGINAL_REPLICAS_KEY] == "1"
-    assert "back to 1" in restore_workload(settings, f"{ns}/deployment/idle", client=api_client)
-    a = lease_leadership(settings, client=api_client)
-    b = lease_leadership(settings, client=api_client)
+    assert "back to 1" in restore_workload(
+        settings.source.kubernetes, f"{ns}/deployment/idle", client=api_client
+    )
+    a = lease_for(settings, client=api_client)
+    b = lease_for(settings, client=api_client)
     assert a.acquire()
     assert not b.acquire()
     a.release()

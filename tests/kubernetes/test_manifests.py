@@ -13,11 +13,13 @@ import yaml
 from test_source import parts_for
 
 from gpusteward.domain.models import Decision, Level
-from gpusteward.execution.kubernetes.nodes import KubernetesNodeControl
-from gpusteward.execution.parking import NodeParkingExecutor, node_workload
+from gpusteward.integrations.kubernetes.build import restore_workload
+from gpusteward.integrations.kubernetes.node_control import KubernetesNodeControl
+from gpusteward.integrations.sim import SimClock
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.kubernetes_wiring import lease_leadership, restore_workload
-from gpusteward.sim import SimClock
+from gpusteward.runtime.parking_executor import NodeParkingExecutor, node_workload
+
+from .k8s_cluster import lease_for
 
 kv = pytest.importorskip("kubernetes_validate")
 
@@ -133,9 +135,11 @@ def test_rbac_is_exactly_what_the_code_calls(api_client: Any, metrics: Any, clus
         act("k8s:ml/pod/idle-pod")
         w = ws["k8s:ml/pod/protected-pod"]
         ex.api.delete_pod("ml", "protected-pod", w.ref["pods"].split("=")[1], 0)
-        restore_workload(load_settings(None), "k8s:ml/deployment/llm-serve", client=api_client)
+        restore_workload(
+            load_settings(None).source.kubernetes, "k8s:ml/deployment/llm-serve", client=api_client
+        )
         assert parts.scaler.scale("ml/statefulset/alice-nb", 1, "tidal").ok  # stopped by the notebook step
-        lease = lease_leadership(
+        lease = lease_for(
             load_settings(None, ha={"lease_namespace": "gpusteward"}), client=api_client, clock=SimClock(NOW)
         )
         assert lease.acquire()

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpusteward.sensing.kubernetes.model import (
+from gpusteward.integrations.kubernetes.model import (
     KINDS,
     Link,
     Mode,

@@ -11,8 +11,8 @@ import pytest
 from k8s_cluster import gpu_pod, node
 from k8s_fakeapi import Call, FakeApiServer, FakeCluster
 
-from gpusteward.sensing.kubernetes.api import LIST_RESTARTS, PODS, KubeApi
-from gpusteward.sensing.kubernetes.cache import WatchCache
+from gpusteward.integrations.kubernetes.cache import WatchCache
+from gpusteward.integrations.kubernetes.kubeapi import LIST_RESTARTS, PODS, KubeApi
 
 EXTRA_PODS = 23
 PAGE = 5

@@ -12,9 +12,9 @@ from k8s_cluster import NODE_1, NODE_2
 from gpusteward.domain.errors import ExecutionError, PreflightFailed
 from gpusteward.domain.models import Decision, Level
 from gpusteward.domain.nodes import PARKED_AT_KEY, PARKED_REASON_KEY
-from gpusteward.execution.kubernetes.nodes import KubernetesNodeControl
-from gpusteward.execution.parking import PARK_REASON, NodeParkingExecutor, node_workload
-from gpusteward.sensing.kubernetes.api import KubeApi
+from gpusteward.integrations.kubernetes.kubeapi import KubeApi
+from gpusteward.integrations.kubernetes.node_control import KubernetesNodeControl
+from gpusteward.runtime.parking_executor import PARK_REASON, NodeParkingExecutor, node_workload
 
 NOW = datetime(2026, 1, 5, 22, 30, tzinfo=UTC)
 

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from conftest import client_for
+from gpusteward.domain.integration import Integration
 from gpusteward.domain.models import ActionStatus
+from gpusteward.integrations.kubernetes.build import build_kubernetes, lease_leadership
+from gpusteward.integrations.sim import SimClock
 from gpusteward.notify import MemoryNotifier
-from gpusteward.runtime.adapters import Adapters
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.kubernetes_wiring import build_kubernetes, lease_leadership
-from gpusteward.runtime.wiring import build_steward
-from gpusteward.sim import SimClock
+from gpusteward.runtime.registry import build_context
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -29,16 +30,27 @@ class Replica:
         self, name: str, url: str, settings: Any, clock: SimClock, metrics: Any, notifier: Any
     ) -> None:
         self.client = client_for(url, agent=f"gpusteward/{name}")
-        self.parts = build_kubernetes(settings, clock, client=self.client, metrics=metrics)
+        ctx = build_context(settings, clock, metrics=metrics)
+        self.parts = build_kubernetes(settings.source.kubernetes, ctx, client=self.client)
         self.steward, _ = build_steward(
             settings,
             clock=clock,
             notifier=notifier,
-            # As kubernetes_adapters builds them, with this replica's client.
-            adapters=Adapters(self.parts.source, [self.parts.executor], wrap_notifier=self.parts.notifier),
+            # As integrations.kubernetes.build makes them, with this replica's client.
+            integration=Integration(
+                "kubernetes", self.parts.source, [self.parts.executor], wrap_notifier=self.parts.notifier
+            ),
         )
         # The loop asks this Lease each tick whether to decide and act (runtime/loop.py).
-        self.lease = lease_leadership(settings, client=self.client, clock=clock)
+        ha = settings.ha
+        self.lease = lease_leadership(
+            settings.source.kubernetes,
+            ha.lease_namespace,
+            ha.lease_name,
+            ha.lease_seconds,
+            client=self.client,
+            clock=clock,
+        )
         self.steward.leadership = self.lease
         self.ticks = 0
 

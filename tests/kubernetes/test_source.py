@@ -10,9 +10,10 @@ import pytest
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import PROTECT_KEY
 from gpusteward.domain.ports import SystemClock
+from gpusteward.integrations.kubernetes.build import KubernetesParts, build_kubernetes
+from gpusteward.integrations.kubernetes.model import OWNER_CHAIN_KEY, PROTECT_REASON_KEY
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.kubernetes_wiring import KubernetesParts, build_kubernetes
-from gpusteward.sensing.kubernetes.model import OWNER_CHAIN_KEY, PROTECT_REASON_KEY
+from gpusteward.runtime.registry import build_context
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -21,7 +22,8 @@ def parts_for(api_client: Any, metrics: Any, **cfg: Any) -> KubernetesParts:
     settings = load_settings(
         None, source={"name": "kubernetes", "kubernetes": {"agent_namespace": "gpusteward", **cfg}}
     )
-    return build_kubernetes(settings, SystemClock(), client=api_client, metrics=metrics)
+    ctx = build_context(settings, SystemClock(), metrics=metrics)
+    return build_kubernetes(settings.source.kubernetes, ctx, client=api_client)
 
 
 @pytest.fixture

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from gpusteward.domain.integration import Integration
+from gpusteward.integrations.sim import DEFAULT_START, SimClock
 from gpusteward.notify import MemoryNotifier
-from gpusteward.runtime.adapters import Adapters
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.loop import Steward, TickReport
-from gpusteward.runtime.wiring import build_steward
-from gpusteward.sim import DEFAULT_START, SimClock
 
-MakeSteward = Callable[..., tuple[Steward, Adapters, SimClock, MemoryNotifier]]
+MakeSteward = Callable[..., tuple[Steward, Integration, SimClock, MemoryNotifier]]
 
 
 @pytest.fixture
@@ -39,16 +39,16 @@ def make_steward(tmp_path: Path) -> MakeSteward:
         settings: Settings | None = None,
         *,
         clock: SimClock | None = None,
-        adapters: Adapters | None = None,
+        integration: Integration | None = None,
         backfill: bool = True,
-    ) -> tuple[Steward, Adapters, SimClock, MemoryNotifier]:
+    ) -> tuple[Steward, Integration, SimClock, MemoryNotifier]:
         clock = clock or SimClock(DEFAULT_START)
         notifier = MemoryNotifier()
         steward, built = build_steward(
             settings or small_settings(tmp_path / "state.db"),
             clock=clock,
             notifier=notifier,
-            adapters=adapters,
+            integration=integration,
             backfill=backfill,
         )
         return steward, built, clock, notifier

@@ -14,11 +14,12 @@ import time
 from datetime import datetime, timedelta
 
 from gpusteward.domain.models import ActionStatus
+from gpusteward.integrations.nvml.build import build as build_nvml
+from gpusteward.integrations.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib, FakeProcess
+from gpusteward.integrations.nvml.procfs import ProcReader
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.nvml_wiring import nvml_adapters
-from gpusteward.runtime.wiring import build_steward
-from gpusteward.sensing.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib, FakeProcess
-from gpusteward.sensing.procfs import ProcReader
+from gpusteward.runtime.registry import build_context
 
 
 class StepClock:
@@ -70,7 +71,9 @@ def main() -> None:
     )
     clock = StepClock(start)
     steward, _ = build_steward(
-        settings, clock=clock, adapters=nvml_adapters(settings, clock, lib=FakeNvmlLib(node))
+        settings,
+        clock=clock,
+        integration=build_nvml(settings.source.nvml, build_context(settings, clock), lib=FakeNvmlLib(node)),
     )
     for i in range(ticks):
         report = steward.tick()

@@ -8,7 +8,7 @@ import pytest
 
 from gpusteward.domain.errors import ControlError
 from gpusteward.domain.models import ActionStatus, ApprovalStatus, Hold, Level
-from gpusteward.runtime.controls import decide_approval
+from gpusteward.runtime.owner_controls import decide_approval
 
 
 def stops(store, wid=None):

@@ -11,15 +11,15 @@ import pytest
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import ActionStatus, Level
-from gpusteward.runtime.backtest import (
+from gpusteward.integrations.replay import Trace, load_trace
+from gpusteward.runtime.config import Settings, load_settings
+from gpusteward.scenarios.backtest import (
     BacktestResult,
     action_rows,
     history_trace,
     policy_settings,
     run_backtest,
 )
-from gpusteward.runtime.config import Settings, load_settings
-from gpusteward.sensing.replay import Trace, load_trace
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import LedgerStore
 

@@ -13,10 +13,15 @@ from pathlib import Path
 import pytest
 
 from gpusteward.domain.models import utc
-from gpusteward.runtime.backtest import history_trace, run_backtest
+from gpusteward.integrations.prometheus.localserver import (
+    LocalPrometheus,
+    Series,
+    binaries,
+    write_openmetrics,
+)
+from gpusteward.integrations.replay import load_trace
 from gpusteward.runtime.config import Settings, load_settings
-from gpusteward.sensing.prometheus.localserver import LocalPrometheus, Series, binaries, write_openmetrics
-from gpusteward.sensing.replay import load_trace
+from gpusteward.scenarios.backtest import history_trace, run_backtest
 
 SCENARIO = Path(__file__).resolve().parents[1] / "fixtures" / "replay" / "scenario_6h.csv"
 T0 = 1741046400  # the scenario's first sample

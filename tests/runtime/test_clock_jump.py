@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from gpusteward.sim import DEFAULT_START, SimClock
-from gpusteward.sim.behaviours import Behaviour
+from gpusteward.integrations.sim import DEFAULT_START, SimClock
+from gpusteward.integrations.sim.behaviours import Behaviour
 
 
 class SteppedClock:
@@ -52,11 +52,11 @@ def ladder_in_monotonic_minutes(make_steward, settings_for, tmp_path, *, guard: 
         rules={"use_default_pack": False, "files": [str(pack)]},
         store={"url": f"sqlite:///{tmp_path / f'{guard}.db'}"},
     )
-    steward, adapters, _, _ = make_steward(settings, clock=clock)
+    steward, integration, _, _ = make_steward(settings, clock=clock)
     steward.guard_clock_jumps = guard
     (zombie,) = {
         t.workload_id
-        for t in adapters.cluster.truths()
+        for t in integration.ground_truth.truths()
         if t.behaviour is Behaviour.ZOMBIE and not t.protected
     }
     taken: dict[str, float] = {}

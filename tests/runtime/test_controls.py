@@ -9,8 +9,8 @@ import pytest
 from gpusteward.analysis.rules import RuleSpec, compile_rule
 from gpusteward.domain.errors import ControlError
 from gpusteward.domain.models import Hold, Level
-from gpusteward.runtime.controls import snooze_workload
-from gpusteward.sim.behaviours import Behaviour
+from gpusteward.integrations.sim.behaviours import Behaviour
+from gpusteward.runtime.owner_controls import snooze_workload
 
 
 def _zombie(cluster) -> str:
@@ -19,8 +19,8 @@ def _zombie(cluster) -> str:
 
 
 def test_a_snoozed_workload_is_left_alone_until_the_snooze_ends(make_steward, run_for):
-    steward, adapters, clock, notifier = make_steward()
-    zombie = _zombie(adapters.cluster)
+    steward, integration, clock, notifier = make_steward()
+    zombie = _zombie(integration.ground_truth)
     run_for(steward, clock, minutes=5)  # seen, so it is known and running
     record = snooze_workload(
         steward.store,
@@ -47,8 +47,8 @@ def test_a_snoozed_workload_is_left_alone_until_the_snooze_ends(make_steward, ru
 
 
 def test_snooze_refusals_are_clear(make_steward, run_for):
-    steward, adapters, clock, _ = make_steward()
-    zombie = _zombie(adapters.cluster)
+    steward, integration, clock, _ = make_steward()
+    zombie = _zombie(integration.ground_truth)
     run_for(steward, clock, minutes=20)  # found (stalled, after 7 min), warned, not yet stopped
     store, policy, now = steward.store, steward.policy, clock.now()
 
@@ -77,8 +77,8 @@ def test_snooze_refusals_are_clear(make_steward, run_for):
 
 
 def test_a_non_snoozable_rule_keeps_its_ladder_through_a_snooze(make_steward, run_for):
-    steward, adapters, clock, _ = make_steward()
-    zombie = _zombie(adapters.cluster)
+    steward, integration, clock, _ = make_steward()
+    zombie = _zombie(integration.ground_truth)
     run_for(steward, clock, minutes=5)
     steward.store.snooze(
         zombie, until=clock.now() + timedelta(hours=4), by="alice", reason="", at=clock.now()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpusteward.domain.models import Level
-from gpusteward.runtime.demo import run_demo
-from gpusteward.sim import DEFAULT_START
-from gpusteward.sim.behaviours import Behaviour
+from gpusteward.integrations.sim import DEFAULT_START
+from gpusteward.integrations.sim.behaviours import Behaviour
+from gpusteward.scenarios.demo import run_demo
 
 
 @pytest.fixture(scope="module")

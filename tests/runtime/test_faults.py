@@ -7,16 +7,16 @@ from collections import Counter
 from sqlalchemy import create_engine, text
 
 from gpusteward.domain.errors import StoreError
+from gpusteward.integrations.sim.behaviours import Behaviour
 from gpusteward.runtime.loop import StopFlag, run_forever
-from gpusteward.sim.behaviours import Behaviour
 
 from .conftest import small_settings
 
 
-def zombie_of(adapters) -> str:
+def zombie_of(integration) -> str:
     (wid,) = {
         t.workload_id
-        for t in adapters.cluster.truths()
+        for t in integration.ground_truth.truths()
         if t.behaviour is Behaviour.ZOMBIE and not t.protected
     }
     return wid
@@ -28,8 +28,8 @@ def test_actions_table_locked_means_no_action_then_the_ladder_resumes(
     # Writers give up after half a second instead of waiting for the lock.
     url = pg_url.replace("options=", "options=-clock_timeout%3D500%20")
     settings = small_settings(tmp_path / "unused.db", store={"url": url})
-    steward, adapters, clock, notifier = make_steward(settings)
-    zombie = zombie_of(adapters)
+    steward, integration, clock, notifier = make_steward(settings)
+    zombie = zombie_of(integration)
     run_for(steward, clock, minutes=5)  # seen; its first warning is due at minute 7
     assert steward.store.actions(limit=100) == []
 
@@ -47,7 +47,7 @@ def test_actions_table_locked_means_no_action_then_the_ladder_resumes(
         assert len(failed) == 8
         assert all(e.startswith("plan action") for e in failed)
         assert notifier.sent == []  # nobody was told anything without a record
-        assert adapters.cluster.ending(zombie) is None
+        assert integration.ground_truth.ending(zombie) is None
         conn.rollback()
     locker.dispose()
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from gpusteward.domain.models import Level
+from gpusteward.integrations.sim import SimClock
 from gpusteward.notify import MemoryNotifier
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.wiring import build_steward
-from gpusteward.sim import SimClock
 
 pytest.importorskip("sklearn")
 
@@ -107,7 +107,7 @@ def test_insights_can_be_turned_off(tmp_path: Path) -> None:
 
 
 def test_the_report_lists_the_advice_per_owner(tmp_path: Path) -> None:
-    from gpusteward.runtime.report import write_reports
+    from gpusteward.report import write_reports
 
     steward, clock, _ = steward_for(tmp_path)
     for _ in range(40):

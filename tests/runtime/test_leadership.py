@@ -14,9 +14,10 @@ from sqlalchemy import create_engine, text
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import Level
+from gpusteward.integrations.sim.behaviours import Behaviour
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.leadership import AlwaysLeader, PostgresLeadership, build_leadership, lock_key
-from gpusteward.sim.behaviours import Behaviour
+from gpusteward.runtime.registry import build_leadership
+from gpusteward.store.leadership import AlwaysLeader, PostgresLeadership, lock_key
 
 from .conftest import small_settings
 
@@ -60,7 +61,7 @@ def test_keys_and_the_registry() -> None:
 
 CONTENDER = """
 import sys, time
-from gpusteward.runtime.leadership import PostgresLeadership
+from gpusteward.store.leadership import PostgresLeadership
 lead = PostgresLeadership(sys.argv[1], lease_name="proc", lease_seconds=3)
 was = None
 while True:
@@ -108,11 +109,11 @@ def test_the_follower_takes_over_the_ladders_without_duplicates(make_steward, ru
     settings = small_settings(
         tmp_path / "unused.db", store={"url": pg_url}, ha={"leader_election": "postgres"}
     )
-    a, adapters, clock, _ = make_steward(settings)
-    b, _, _, notes_b = make_steward(settings, clock=clock, adapters=adapters)
+    a, integration, clock, _ = make_steward(settings)
+    b, _, _, notes_b = make_steward(settings, clock=clock, integration=integration)
     (zombie,) = {
         t.workload_id
-        for t in adapters.cluster.truths()
+        for t in integration.ground_truth.truths()
         if t.behaviour is Behaviour.ZOMBIE and not t.protected
     }
 

@@ -23,8 +23,8 @@ from gpusteward.domain.models import (
     Workload,
     WorkloadKind,
 )
-from gpusteward.execution.base import ActionResult
-from gpusteward.runtime.ledger import LedgerRecorder, split_days
+from gpusteward.runtime.ledger_recorder import LedgerRecorder, split_days
+from gpusteward.runtime.runner import ActionResult
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import LedgerStore
 

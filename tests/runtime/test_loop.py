@@ -8,8 +8,8 @@ from datetime import datetime
 
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import ActionStatus, Hold, Level, Observation
-from gpusteward.sim import SimCluster, SimExecutor
-from gpusteward.sim.behaviours import Behaviour
+from gpusteward.integrations.sim import SimCluster, SimExecutor
+from gpusteward.integrations.sim.behaviours import Behaviour
 from gpusteward.store.db import StateStore
 
 
@@ -26,8 +26,8 @@ def _stopped(store: StateStore) -> set[str]:
 
 
 def test_small_cluster_stops_waste_and_nothing_else(make_steward, run_for):
-    steward, adapters, clock, notifier = make_steward()
-    cluster = adapters.cluster
+    steward, integration, clock, notifier = make_steward()
+    cluster = integration.ground_truth
     run_for(steward, clock, minutes=4 * 60)
 
     wasteful = _ids(cluster, Behaviour.ZOMBIE, Behaviour.IDLE, Behaviour.NOTEBOOK)
@@ -59,9 +59,9 @@ def test_small_cluster_stops_waste_and_nothing_else(make_steward, run_for):
 
 
 def test_ladder_timing_is_warn_warn_then_stop(make_steward, run_for):
-    steward, adapters, clock, _ = make_steward()
+    steward, integration, clock, _ = make_steward()
     run_for(steward, clock, minutes=3 * 60)
-    (zombie,) = _ids(adapters.cluster, Behaviour.ZOMBIE)
+    (zombie,) = _ids(integration.ground_truth, Behaviour.ZOMBIE)
     steps = {a.step: a.created_at for a in steward.store.actions(limit=100, workload_id=zombie)}
     assert list(steps) == ["warn-1", "warn-2", "graceful-stop"]
     assert (steps["warn-2"] - steps["warn-1"]).total_seconds() == 15 * 60
@@ -69,7 +69,7 @@ def test_ladder_timing_is_warn_warn_then_stop(make_steward, run_for):
 
 
 def test_pause_stops_every_action_and_resume_continues(make_steward, run_for):
-    steward, adapters, clock, notifier = make_steward()
+    steward, integration, clock, notifier = make_steward()
     steward.store.set_paused(True, by="test", reason="maintenance", at=clock.now())
     reports = run_for(steward, clock, minutes=3 * 60)
     assert steward.store.actions(limit=100) == []
@@ -82,32 +82,34 @@ def test_pause_stops_every_action_and_resume_continues(make_steward, run_for):
     steward.store.set_paused(False, by="test", reason="done", at=clock.now())
     run_for(steward, clock, minutes=90)
     assert _stopped(steward.store) == _ids(
-        adapters.cluster, Behaviour.ZOMBIE, Behaviour.IDLE, Behaviour.NOTEBOOK
+        integration.ground_truth, Behaviour.ZOMBIE, Behaviour.IDLE, Behaviour.NOTEBOOK
     )
 
 
 def test_dry_run_touches_nothing_but_records_what_it_would_do(make_steward, settings_for, run_for):
-    steward, adapters, clock, notifier = make_steward(settings_for(mode="dry-run"))
+    steward, integration, clock, notifier = make_steward(settings_for(mode="dry-run"))
     run_for(steward, clock, minutes=3 * 60)
     actions = steward.store.actions(limit=1000)
     assert actions
     assert all(a.dry_run and a.status is ActionStatus.SKIPPED for a in actions)
     assert {a.step for a in actions} >= {"warn-1", "warn-2", "graceful-stop"}
     assert notifier.sent == []
-    assert adapters.cluster.endings() == () or all(e.stop_at is None for e in adapters.cluster.endings())
+    assert integration.ground_truth.endings() == () or all(
+        e.stop_at is None for e in integration.ground_truth.endings()
+    )
 
 
 def test_restart_mid_ladder_continues_without_duplicates(make_steward, settings_for, run_for):
     settings = settings_for()
-    first, adapters, clock, _ = make_steward(settings)
+    first, integration, clock, _ = make_steward(settings)
     run_for(first, clock, minutes=20)
-    (zombie,) = _ids(adapters.cluster, Behaviour.ZOMBIE)
+    (zombie,) = _ids(integration.ground_truth, Behaviour.ZOMBIE)
     before = [a.step for a in first.store.actions(limit=100, workload_id=zombie)]
     assert before == ["warn-1"], "the restart must fall between the first warning and the stop"
     first.store.close()
 
     # A new process: new state-store connection, empty window, the same cluster going on.
-    second, _, _, _ = make_steward(settings, clock=clock, adapters=adapters, backfill=False)
+    second, _, _, _ = make_steward(settings, clock=clock, integration=integration, backfill=False)
     run_for(second, clock, minutes=120)
     actions = second.store.actions(limit=1000)
     keys = [a.idempotency_key for a in actions]
@@ -119,14 +121,16 @@ def test_restart_mid_ladder_continues_without_duplicates(make_steward, settings_
 
 
 def test_failed_action_is_recorded_and_retried_with_backoff(make_steward, settings_for, run_for):
-    from gpusteward.runtime.wiring import build_adapters
-    from gpusteward.sim import DEFAULT_START, SimClock
+    from gpusteward.integrations.sim import DEFAULT_START, SimClock
+    from gpusteward.runtime.registry import build_integration
 
     settings = settings_for()
     clock = SimClock(DEFAULT_START)
-    adapters = build_adapters(settings, clock)
-    adapters = dataclasses.replace(adapters, executors=[SimExecutor(adapters.cluster, fail_times=1)])
-    steward, _, _, _ = make_steward(settings, clock=clock, adapters=adapters)
+    integration = build_integration(settings, clock)
+    integration = dataclasses.replace(
+        integration, executors=[SimExecutor(integration.ground_truth, fail_times=1)]
+    )
+    steward, _, _, _ = make_steward(settings, clock=clock, integration=integration)
     run_for(steward, clock, minutes=4 * 60)
     stops = [a for a in steward.store.actions(limit=1000) if a.step == "graceful-stop"]
     # One row per step and workload: the failure was retried in place, never duplicated.
@@ -158,16 +162,18 @@ class FlakySource:
 def test_source_outage_never_leads_to_action_on_stale_data(make_steward, settings_for, run_for):
     from datetime import timedelta
 
-    from gpusteward.runtime.wiring import build_adapters
-    from gpusteward.sim import DEFAULT_START, SimClock
+    from gpusteward.integrations.sim import DEFAULT_START, SimClock
+    from gpusteward.runtime.registry import build_integration
 
     settings = settings_for()
     clock = SimClock(DEFAULT_START)
-    adapters = build_adapters(settings, clock)
+    integration = build_integration(settings, clock)
     # Down from minute 35 (after the first warnings, before any stop) for an hour.
     down_from, down_until = DEFAULT_START + timedelta(minutes=35), DEFAULT_START + timedelta(minutes=95)
-    adapters = dataclasses.replace(adapters, source=FlakySource(adapters.source, down_from, down_until))
-    steward, _, _, _ = make_steward(settings, clock=clock, adapters=adapters)
+    integration = dataclasses.replace(
+        integration, source=FlakySource(integration.source, down_from, down_until)
+    )
+    steward, _, _, _ = make_steward(settings, clock=clock, integration=integration)
     reports = run_for(steward, clock, minutes=4 * 60)
 
     stale_after = timedelta(seconds=settings.analysis.stale_after_seconds)
@@ -185,13 +191,13 @@ def test_source_outage_never_leads_to_action_on_stale_data(make_steward, setting
     assert set(warnings.values()) == {1}
     # It recovered and finished the job after the outage.
     assert _stopped(steward.store) == _ids(
-        adapters.cluster, Behaviour.ZOMBIE, Behaviour.IDLE, Behaviour.NOTEBOOK
+        integration.ground_truth, Behaviour.ZOMBIE, Behaviour.IDLE, Behaviour.NOTEBOOK
     )
 
 
 def test_stale_gpu_freezes_the_ladder_and_is_never_acted_on(make_steward, run_for):
-    steward, adapters, clock, _ = make_steward()
-    cluster = adapters.cluster
+    steward, integration, clock, _ = make_steward()
+    cluster = integration.ground_truth
     (zombie,) = _ids(cluster, Behaviour.ZOMBIE)
     run_for(steward, clock, minutes=12)
     assert [a.step for a in steward.store.actions(limit=10, workload_id=zombie)] == ["warn-1"]
@@ -216,11 +222,11 @@ def test_missing_samples_cause_no_false_action(make_steward, settings_for, run_f
     settings = settings_for(
         source={"name": "sim", "sim": {"scenario": "small", "history_hours": 0, "drop_rate": 0.1}}
     )
-    steward, adapters, clock, _ = make_steward(settings)
+    steward, integration, clock, _ = make_steward(settings)
     run_for(steward, clock, minutes=5 * 60)
-    score = adapters.cluster.score(clock.now())
+    score = integration.ground_truth.score(clock.now())
     assert score.false_stops == ()
     assert score.protected_stops == ()
     assert _stopped(steward.store) == _ids(
-        adapters.cluster, Behaviour.ZOMBIE, Behaviour.IDLE, Behaviour.NOTEBOOK
+        integration.ground_truth, Behaviour.ZOMBIE, Behaviour.IDLE, Behaviour.NOTEBOOK
     )

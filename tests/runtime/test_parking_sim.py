@@ -10,15 +10,16 @@ from typing import Any
 
 from tests.runtime.conftest import small_settings
 
+from gpusteward.domain.integration import Integration
 from gpusteward.domain.models import ActionStatus, ApprovalStatus, Hold, Level, WorkloadKind
+from gpusteward.integrations.sim import DEFAULT_START, SimCluster, SimSource
+from gpusteward.integrations.sim.behaviours import Behaviour
+from gpusteward.integrations.sim.node_control import SimNodeControl
+from gpusteward.integrations.sim.scenarios import Row, Scenario
 from gpusteward.policy.parking import NodeView, ParkingInput, plan_parking
-from gpusteward.runtime.adapters import Adapters
 from gpusteward.runtime.config import Settings
-from gpusteward.runtime.controls import decide_approval
-from gpusteward.runtime.parking import ParkingStep
-from gpusteward.sim import DEFAULT_START, SimCluster, SimSource
-from gpusteward.sim.behaviours import Behaviour
-from gpusteward.sim.scenarios import Row, Scenario
+from gpusteward.runtime.owner_controls import decide_approval
+from gpusteward.runtime.parking_step import ParkingStep
 
 TRAINING = Behaviour.TRAINING
 #: 4 nodes x 2 GPUs from 00:00: node 00 busy all night; a 2-GPU job arrives at 01:00 for one hour.
@@ -56,9 +57,11 @@ def night_settings(tmp_path: Path, **overrides: Any) -> Settings:
     )
 
 
-def night_adapters() -> Adapters:
+def night_integration() -> Integration:
     cluster = SimCluster(start=DEFAULT_START, scenario=NIGHT)
-    return Adapters(source=SimSource(cluster), executors=[], cluster=cluster)
+    return Integration(
+        name="sim", source=SimSource(cluster), node_control=SimNodeControl(cluster), ground_truth=cluster
+    )
 
 
 def node_actions(store: Any) -> list[Any]:
@@ -79,8 +82,8 @@ def test_a_night_parks_idle_nodes_keeps_the_minimum_and_unparks_for_demand_and_a
     tmp_path: Path, make_steward: Any
 ) -> None:
     settings = night_settings(tmp_path, policy={"approval": {"min_level": "off"}})
-    steward, adapters, clock, _ = make_steward(settings, adapters=night_adapters(), backfill=False)
-    cluster = adapters.cluster
+    steward, integration, clock, _ = make_steward(settings, integration=night_integration(), backfill=False)
+    cluster = integration.ground_truth
     assert isinstance(steward.parking, ParkingStep)
     start = DEFAULT_START
 
@@ -121,8 +124,8 @@ def test_a_night_parks_idle_nodes_keeps_the_minimum_and_unparks_for_demand_and_a
 
 def test_dry_run_records_the_parks_once_and_touches_nothing(tmp_path: Path, make_steward: Any) -> None:
     settings = night_settings(tmp_path, mode="dry-run")
-    steward, adapters, clock, _ = make_steward(settings, adapters=night_adapters(), backfill=False)
-    seen = tick_until(steward, clock, DEFAULT_START + timedelta(hours=2), adapters.cluster)
+    steward, integration, clock, _ = make_steward(settings, integration=night_integration(), backfill=False)
+    seen = tick_until(steward, clock, DEFAULT_START + timedelta(hours=2), integration.ground_truth)
     assert all(not p for _, p in seen)
     acts = node_actions(steward.store)
     assert acts, "dry-run records what it would park"
@@ -137,10 +140,10 @@ def test_dry_run_records_the_parks_once_and_touches_nothing(tmp_path: Path, make
 def test_with_default_approvals_a_park_waits_for_an_admin_and_runs_once_approved(
     tmp_path: Path, make_steward: Any
 ) -> None:
-    steward, adapters, clock, notifier = make_steward(
-        night_settings(tmp_path), adapters=night_adapters(), backfill=False
+    steward, integration, clock, notifier = make_steward(
+        night_settings(tmp_path), integration=night_integration(), backfill=False
     )
-    cluster = adapters.cluster
+    cluster = integration.ground_truth
     store = steward.store
     seen = tick_until(steward, clock, DEFAULT_START + timedelta(minutes=50), cluster)
     assert all(not p for _, p in seen), "no park without an approval"
@@ -172,20 +175,24 @@ def test_with_default_approvals_a_park_waits_for_an_admin_and_runs_once_approved
 def test_the_parked_command_lists_what_is_parked_now(tmp_path: Path, make_steward: Any) -> None:
     from typer.testing import CliRunner
 
-    from gpusteward.cli.app import app
+    from gpusteward.cli.commands import app
 
     settings = night_settings(tmp_path, policy={"approval": {"min_level": "off"}})
-    steward, adapters, clock, _ = make_steward(settings, adapters=night_adapters(), backfill=False)
-    tick_until(steward, clock, DEFAULT_START + timedelta(minutes=55), adapters.cluster)
+    steward, integration, clock, _ = make_steward(settings, integration=night_integration(), backfill=False)
+    tick_until(steward, clock, DEFAULT_START + timedelta(minutes=55), integration.ground_truth)
     config = tmp_path / "gpusteward.yaml"
     config.write_text(f"mode: enforce\nstore: {{url: '{settings.store.url}'}}\n")
     got = CliRunner().invoke(app, ["parked", "--config", str(config), "--json"])
     assert got.exit_code == 0, got.output
     rows = json.loads(got.output)
-    assert {r["node"] for r in rows} == set(adapters.cluster.parked_nodes) == {"sim-node-01", "sim-node-02"}
+    assert (
+        {r["node"] for r in rows}
+        == set(integration.ground_truth.parked_nodes)
+        == {"sim-node-01", "sim-node-02"}
+    )
     assert all(r["gpus"] == 2 and not r["dry_run"] for r in rows)
     # After the window, nothing is parked, and the table says so.
-    tick_until(steward, clock, DEFAULT_START + timedelta(hours=3, minutes=40), adapters.cluster)
+    tick_until(steward, clock, DEFAULT_START + timedelta(hours=3, minutes=40), integration.ground_truth)
     got = CliRunner().invoke(app, ["parked", "--config", str(config)])
     assert got.exit_code == 0, got.output
     assert "no node is parked" in got.output
@@ -198,7 +205,7 @@ def test_the_tide_forecast_becomes_the_pools_window_and_its_band_vetoes_parking(
     from gpusteward.analysis.forecast import Forecast
     from gpusteward.analysis.tide import LowWindow
     from gpusteward.policy.parking_settings import ParkingSettings
-    from gpusteward.runtime.tide import TideOutcome
+    from gpusteward.runtime.tide_step import TideOutcome
 
     now = DEFAULT_START + timedelta(hours=1)
     t0, step = now.timestamp(), 900.0

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from gpusteward.domain.models import ActionStatus, Level
+from gpusteward.integrations.replay import ReplayExecutor, ReplaySource
+from gpusteward.integrations.sim import SimClock
 from gpusteward.notify import MemoryNotifier
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.wiring import SOURCES, build_steward
-from gpusteward.sensing.replay import ReplayExecutor, ReplaySource
-from gpusteward.sim import SimClock
+from gpusteward.runtime.registry import REGISTRY
 from gpusteward.store.ledger import LedgerStore
 
 SCENARIO = Path(__file__).resolve().parents[1] / "fixtures" / "replay" / "scenario_6h.csv"
@@ -21,7 +22,7 @@ T0 = datetime(2025, 3, 4, tzinfo=UTC)
 
 
 def test_replay_is_registered_and_aligns_the_trace_to_now(tmp_path: Path) -> None:
-    assert "replay" in SOURCES
+    assert "replay" in REGISTRY
     settings = load_settings(
         None,
         tick_seconds=60,
@@ -32,10 +33,10 @@ def test_replay_is_registered_and_aligns_the_trace_to_now(tmp_path: Path) -> Non
         store={"url": f"sqlite:///{tmp_path / 's.db'}"},
     )
     now = datetime(2030, 1, 1, tzinfo=UTC)
-    steward, adapters = build_steward(settings, clock=SimClock(now), notifier=MemoryNotifier())
-    assert isinstance(adapters.source, ReplaySource)
-    assert isinstance(adapters.executors[0], ReplayExecutor)
-    assert all(g.price_per_hour == 3.0 for g in adapters.source.trace.gpus)  # priced from cost
+    steward, integration = build_steward(settings, clock=SimClock(now), notifier=MemoryNotifier())
+    assert isinstance(integration.source, ReplaySource)
+    assert isinstance(integration.executors[0], ReplayExecutor)
+    assert all(g.price_per_hour == 3.0 for g in integration.source.trace.gpus)  # priced from cost
     report = steward.tick()
     # The first hour of the trace filled the window: zombie-1 (1 % for an hour) is judged at once.
     assert report.gpus == 8
@@ -51,8 +52,8 @@ def test_align_trace_keeps_the_traces_own_times(tmp_path: Path) -> None:
         store={"url": f"sqlite:///{tmp_path / 's.db'}"},
     )
     clock = SimClock(T0 + timedelta(hours=1))
-    steward, adapters = build_steward(settings, clock=clock, notifier=MemoryNotifier())
-    assert adapters.source.offset_s == 0  # type: ignore[attr-defined]
+    steward, integration = build_steward(settings, clock=clock, notifier=MemoryNotifier())
+    assert integration.source.offset_s == 0  # type: ignore[attr-defined]
     assert steward.tick().workloads == 5
 
 
@@ -70,7 +71,7 @@ def test_a_slower_trace_than_the_tick_is_warned_about(
 
 
 def test_the_loop_keeps_a_ledger(make_steward, run_for) -> None:  # type: ignore[no-untyped-def]
-    steward, _adapters, clock, _ = make_steward()
+    steward, _integration, clock, _ = make_steward()
     start = clock.now()
     run_for(steward, clock, minutes=4 * 60)
     ledger = LedgerStore(steward.store)

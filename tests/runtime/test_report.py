@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from gpusteward.domain.errors import ConfigError
-from gpusteward.runtime.backtest import run_backtest
+from gpusteward.integrations.replay import load_trace
+from gpusteward.report import ReportData, gather, period_bounds, render, write_reports
+from gpusteward.report.figures import Advice
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.report import ReportData, gather, period_bounds, render, write_reports
-from gpusteward.runtime.report.data import Advice
-from gpusteward.sensing.replay import load_trace
+from gpusteward.scenarios.backtest import run_backtest
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import DailyAmounts, DailyKey, LedgerStore
 

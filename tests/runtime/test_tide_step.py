@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpusteward.integrations.sim.pool_scaler import SimPoolScaler
 from gpusteward.runtime.demand import DemandHistory
 from gpusteward.runtime.insights_settings import ForecastSettings
-from gpusteward.runtime.tide import TideStep, build_scalers
-from gpusteward.sim.pool import SimPoolScaler
+from gpusteward.runtime.tide_step import TideStep, build_scalers
 from gpusteward.store.db import StateStore
 
 pytest.importorskip("statsmodels")

@@ -10,7 +10,7 @@ import numpy.typing as npt
 import pytest
 
 from gpusteward.domain.models import Observation, WorkloadKind
-from gpusteward.sim import Behaviour, Mode, Row, SimCluster
+from gpusteward.integrations.sim import Behaviour, Mode, Row, SimCluster
 
 F64 = npt.NDArray[np.float64]
 H = 3600.0

@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpusteward.domain.ports import Clock
-from gpusteward.sim import SimClock
+from gpusteward.integrations.sim import SimClock
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 

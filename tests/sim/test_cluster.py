@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from gpusteward.domain.models import PROTECT_KEY, WorkloadKind
-from gpusteward.sim import Behaviour, EndHow, Row, SimCluster
+from gpusteward.integrations.sim import Behaviour, EndHow, Row, SimCluster
 
 H = timedelta(hours=1)
 

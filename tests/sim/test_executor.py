@@ -10,7 +10,7 @@ import pytest
 from gpusteward.domain.errors import ExecutionError, PreflightFailed
 from gpusteward.domain.models import Decision, Level, Workload
 from gpusteward.domain.ports import Executor, Source
-from gpusteward.sim import Behaviour, EndHow, SimClock, SimCluster, SimExecutor, SimSource
+from gpusteward.integrations.sim import Behaviour, EndHow, SimClock, SimCluster, SimExecutor, SimSource
 
 S = timedelta(seconds=1)
 

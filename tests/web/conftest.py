@@ -14,16 +14,16 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from gpusteward.domain.models import ApprovalStatus, Hold
+from gpusteward.integrations.sim import DEFAULT_START, SimClock
 from gpusteward.notify import MemoryNotifier
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.loop import Steward
-from gpusteward.runtime.server.serve import BackgroundServer
-from gpusteward.runtime.wiring import build_steward
-from gpusteward.sim import DEFAULT_START, SimClock
 from gpusteward.store.access import AccessStore
-from gpusteward.web import create_web_app
+from gpusteward.web.app import create_web_app
 from gpusteward.web.auth import LOGIN_CSRF_COOKIE
 from gpusteward.web.live import Attached
+from gpusteward.web.serve import BackgroundServer
 
 SIM_MINUTES = 150
 

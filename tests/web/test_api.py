@@ -16,7 +16,7 @@ from gpusteward.analysis.rules import load_rule_pack
 from gpusteward.domain.models import ApprovalStatus
 from gpusteward.store.access import AccessStore
 from gpusteward.store.dbschema import api_tokens_t
-from gpusteward.web import create_web_app
+from gpusteward.web.app import create_web_app
 from gpusteward.web.live import Attached
 
 from .conftest import Demo, bearer, login

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 from typer.testing import CliRunner
 
-from gpusteward.cli.app import app
-from gpusteward.sensing.prometheus.localserver import free_port
+from gpusteward.cli.commands import app
+from gpusteward.integrations.prometheus.localserver import free_port
 
 
 def _config(tmp_path: Path) -> Path:

@@ -13,7 +13,7 @@ from gpusteward.cli.exits import exit_on_errors
 from gpusteward.cli.state import ByOpt, ConfigOpt, JsonOpt, open_store, print_json, who
 from gpusteward.cli.views import utcnow
 from gpusteward.domain.models import ApprovalStatus
-from gpusteward.runtime.controls import decide_approval
+from gpusteward.runtime.owner_controls import decide_approval
 from gpusteward.store.controls import ApprovalRecord
 
 approvals_app = typer.Typer(

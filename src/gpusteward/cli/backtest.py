@@ -17,7 +17,10 @@ from rich.table import Table
 
 from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.domain.models import utc
-from gpusteward.runtime.backtest import (
+from gpusteward.integrations.replay import Trace, TraceFormat, load_trace
+from gpusteward.integrations.replay.generic import parse_time
+from gpusteward.runtime.config import Settings, load_settings
+from gpusteward.scenarios.backtest import (
     ACTION_COLUMNS,
     BacktestResult,
     action_rows,
@@ -25,9 +28,6 @@ from gpusteward.runtime.backtest import (
     policy_settings,
     run_backtest,
 )
-from gpusteward.runtime.config import Settings, load_settings
-from gpusteward.sensing.replay import Trace, TraceFormat, load_trace
-from gpusteward.sensing.replay.generic import parse_time
 
 out = Console(soft_wrap=True)
 

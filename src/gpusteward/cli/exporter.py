@@ -10,10 +10,10 @@ from typing import Annotated
 import typer
 
 from gpusteward.cli.exits import err, exit_on_errors
+from gpusteward.integrations.nvml.build import node_collector
+from gpusteward.integrations.nvml.exporter import serve
 from gpusteward.runtime.config import load_settings
 from gpusteward.runtime.loop import StopFlag
-from gpusteward.runtime.nvml_wiring import nvml_exporter
-from gpusteward.sensing.exporter import serve
 
 
 def exporter(
@@ -42,7 +42,7 @@ def exporter(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     with exit_on_errors():
-        collector = nvml_exporter(load_settings(config))
+        collector = node_collector(load_settings(config).source.nvml)
     server, _ = serve(collector, port, address)
     stop = StopFlag()
     signal.signal(signal.SIGTERM, stop.set)

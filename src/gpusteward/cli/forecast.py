@@ -13,16 +13,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpusteward.analysis.charts import bar_chart
 from gpusteward.analysis.forecast import Seasonality, Series, bucket, fit, forecast
 from gpusteward.analysis.tide import low_load_windows
 from gpusteward.cli.exits import exit_on_errors, fail
 from gpusteward.domain.models import RuleAction, utc
 from gpusteward.domain.ports import SystemClock
+from gpusteward.report.charts import bar_chart
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.demand import load_demand_csv, observation_demand, parse_time
 from gpusteward.runtime.insights import Insights
-from gpusteward.runtime.wiring import build_adapters, build_steward
+from gpusteward.runtime.registry import build_integration
 
 out = Console(soft_wrap=True)
 
@@ -36,14 +37,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for
 def _from_source(
     settings: Settings, source: str | None, hours: float, step_s: float, pool: str | None
 ) -> Series:
-    adapters = build_adapters(settings, SystemClock(), source)
+    integration = build_integration(settings, SystemClock(), source)
     try:
         now = SystemClock().now()
-        history = adapters.history(now - timedelta(hours=hours), now, min(step_s, 300.0))
+        history = integration.history(now - timedelta(hours=hours), now, min(step_s, 300.0))
     finally:
-        adapters.source.close()
+        integration.source.close()
     if not history:
-        fail(f"the {adapters.source.name} source keeps no history to forecast from; use --trace FILE", 1)
+        fail(f"the {integration.source.name} source keeps no history to forecast from; use --trace FILE", 1)
     measure = next((p.demand for p in settings.forecast.pools if p.name == pool), "busy")
     members = {p.name: p.workloads for p in settings.forecast.pools if p.workloads}
     per = [observation_demand(o, measure=measure, members=members) for o in history]

@@ -35,12 +35,12 @@ def restore(
 
     Reaches the API server the way `source.kubernetes.config` says (in-cluster or a kubeconfig).
     """
-    from gpusteward.runtime.kubernetes_wiring import restore_workload  # the k8s extra, lazily
+    from gpusteward.integrations.kubernetes.build import restore_workload  # the k8s extra, lazily
 
     with exit_on_errors():
         settings = load_settings(config)
         try:
-            said = restore_workload(settings, workload)
+            said = restore_workload(settings.source.kubernetes, workload)
         except ExecutionError as e:
             if json_out:
                 print(json.dumps({"workload": workload, "restored": False, "error": str(e)}))

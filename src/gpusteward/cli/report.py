@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 
 from gpusteward.cli.exits import exit_on_errors, fail
+from gpusteward.report import Period, write_reports
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.report import Period, write_reports
 from gpusteward.store.db import StateStore
 
 out = Console(soft_wrap=True)

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gpusteward.cli.exits import err, exit_on_errors
+from gpusteward.integrations.slurm.build import slurm_advice, slurm_jobs
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.slurm import slurm_advice, slurm_jobs
 
 slurm_app = typer.Typer(help="Look at a Slurm cluster the way the slurm source does.", no_args_is_help=True)
 
@@ -33,7 +33,7 @@ def _problems(problems: list[str]) -> None:
 def jobs(config: ConfigOpt = None, json_out: JsonOpt = False) -> None:
     """Running GPU jobs: owner and contact, partition, GPUs by node and index, protection."""
     with exit_on_errors():
-        rows, problems = slurm_jobs(load_settings(config))
+        rows, problems = slurm_jobs(load_settings(config).source.slurm)
     if json_out:
         data = [
             {
@@ -74,7 +74,7 @@ def advice(config: ConfigOpt = None, json_out: JsonOpt = False) -> None:
     from datetime import UTC, datetime
 
     with exit_on_errors():
-        findings, problems = slurm_advice(load_settings(config), datetime.now(tz=UTC))
+        findings, problems = slurm_advice(load_settings(config).source.slurm, datetime.now(tz=UTC))
     if json_out:
         data = [{"workload": f.workload_id, "rule": f.rule, "message": f.message} for f in findings]
         print(json.dumps({"advice": data, "problems": problems}, indent=2))

@@ -10,8 +10,8 @@ from rich.console import Console
 from gpusteward.cli.exits import exit_on_errors, fail
 from gpusteward.cli.state import ByOpt, ConfigOpt, JsonOpt, open_store, print_json, who
 from gpusteward.cli.views import utcnow
-from gpusteward.runtime.controls import snooze_workload
-from gpusteward.runtime.wiring import load_rules
+from gpusteward.runtime.build import load_rules
+from gpusteward.runtime.owner_controls import snooze_workload
 
 out = Console(soft_wrap=True)
 

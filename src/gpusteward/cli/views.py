@@ -11,8 +11,8 @@ from rich.table import Table
 
 from gpusteward.analysis.rules import CompiledRule
 from gpusteward.domain.models import Action, ActionStatus, Decision, Finding, Gpu
-from gpusteward.runtime.demo import DemoResult
 from gpusteward.runtime.loop import TickReport
+from gpusteward.scenarios.demo import DemoResult
 from gpusteward.store.db import StateStore
 
 _STATUS_STYLE = {

@@ -14,14 +14,14 @@ from rich.table import Table
 
 from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.domain.ports import SystemClock
+from gpusteward.runtime.build import load_rules
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.loop import Steward
-from gpusteward.runtime.server.settings import parse_listen
-from gpusteward.runtime.wiring import load_rules
 from gpusteward.store.access import AccessStore, Role
 from gpusteward.store.db import StateStore
-from gpusteward.web import create_web_app
+from gpusteward.web.app import create_web_app
 from gpusteward.web.live import Attached, Probe
+from gpusteward.web.settings import parse_listen
 
 out = Console(soft_wrap=True)
 token_app = typer.Typer(

@@ -17,17 +17,17 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from gpusteward.analysis.cost import PriceTable
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.yamlload import config_error, load_yaml
+from gpusteward.integrations.kubernetes.settings import KubernetesSourceSettings
+from gpusteward.integrations.nvml.settings import NvmlSourceSettings
+from gpusteward.integrations.prometheus.settings import PrometheusSourceSettings
+from gpusteward.integrations.replay.settings import ReplaySettings
+from gpusteward.integrations.sim.settings import SimSourceSettings
+from gpusteward.integrations.slurm.settings import SlurmSourceSettings
 from gpusteward.notify.settings import NotifySettings
 from gpusteward.policy.parking_settings import ParkingSettings
 from gpusteward.policy.settings import PolicySettings
 from gpusteward.runtime.insights_settings import ForecastSettings, InsightsSettings
-from gpusteward.runtime.server.settings import ServerSettings
-from gpusteward.runtime.web_settings import WebSettings
-from gpusteward.sensing.kubernetes.settings import KubernetesSourceSettings
-from gpusteward.sensing.nvml.settings import NvmlSourceSettings
-from gpusteward.sensing.prometheus.settings import PrometheusSourceSettings
-from gpusteward.sensing.replay.settings import ReplaySettings
-from gpusteward.sensing.slurm.settings import SlurmSourceSettings
+from gpusteward.web.settings import ServerSettings, WebSettings
 
 
 def default_state_url() -> str:
@@ -38,17 +38,6 @@ def default_state_url() -> str:
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class SimSourceSettings(_Section):
-    nodes: int = Field(8, ge=1, description="Simulated nodes.")
-    gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs per simulated node.")
-    seed: int = Field(42, description="Seed: the same seed gives the same cluster.")
-    scenario: Literal["default", "small"] = Field("default", description="Workload mix.")
-    history_hours: float = Field(
-        6.0, ge=0, description="How long the simulated cluster has been running when the agent starts."
-    )
-    drop_rate: float = Field(0.0, ge=0, le=1, description="Share of samples lost, to exercise missing data.")
 
 
 class SourceSettings(_Section):

@@ -32,7 +32,7 @@ from gpusteward.analysis.features import extract
 from gpusteward.domain.models import Finding, Gpu, Metric, RuleAction, Workload
 from gpusteward.runtime.demand import pool_demand
 from gpusteward.runtime.insights_settings import InsightsSettings
-from gpusteward.runtime.tide import TideStep, build_scalers
+from gpusteward.runtime.tide_step import TideStep, build_scalers
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import LedgerStore, Mark
 from gpusteward.store.window import WindowView

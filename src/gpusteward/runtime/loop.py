@@ -41,12 +41,12 @@ from gpusteward.domain.models import (
     Workload,
 )
 from gpusteward.domain.ports import Clock, Leadership, Source
-from gpusteward.execution.base import ActionResult, ActionRunner
-from gpusteward.execution.followup import follow_up
-from gpusteward.execution.reconcile import Judgement, Reconciler
 from gpusteward.policy import PolicyInput, PolicySettings, decide
 from gpusteward.policy.owner import ApprovalView, SnoozeView
-from gpusteward.runtime.ledger import LedgerRecorder
+from gpusteward.runtime.followup import follow_up
+from gpusteward.runtime.ledger_recorder import LedgerRecorder
+from gpusteward.runtime.reconcile import Judgement, Reconciler
+from gpusteward.runtime.runner import ActionResult, ActionRunner
 from gpusteward.store import queries
 from gpusteward.store.db import StateStore
 from gpusteward.store.window import WindowStore

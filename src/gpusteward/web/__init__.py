@@ -1,5 +1,4 @@
-"""The web admin: server-rendered pages, the JSON API under /api/v1, tokens and signed links."""
+"""The web admin (pages, /api/v1) and the ops endpoints (/metrics, receivers): one FastAPI app.
 
-from gpusteward.web.app import create_web_app
-
-__all__ = ["create_web_app"]
+``web.app.create_web_app`` builds it; nothing is imported here, so the config tree can import
+``web.settings`` without the app."""

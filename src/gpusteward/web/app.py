@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,6 +31,7 @@ from gpusteward.web.auth import Auth, AuthError
 from gpusteward.web.context import WebContext
 from gpusteward.web.limits import BodyLimit
 from gpusteward.web.live import Live, Nothing
+from gpusteward.web.security import SecurityHeaders
 
 STATIC = Path(__file__).parent / "static"
 
@@ -83,7 +85,7 @@ def create_web_app(
             nxt = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             if request.headers.get("hx-request"):
                 return Response(status_code=401, headers={"hx-redirect": "/login"})
-            return RedirectResponse(f"/login?next={nxt}", status_code=303)
+            return RedirectResponse(f"/login?{urlencode({'next': nxt})}", status_code=303)
         return pages._page(request, None, "message.html.j2", e.status, title="Refused", message=e.message)
 
     @app.exception_handler(RequestValidationError)
@@ -104,4 +106,7 @@ def create_web_app(
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     if mount is not None:
         app.mount("/", mount)
+    # Outermost but for Starlette's 500 handler: every route, /static, the mount and the
+    # handled errors (401, 403, 404, 422) get the CSP and its companion headers.
+    app.add_middleware(SecurityHeaders)
     return app

@@ -71,7 +71,8 @@ class Auth:
         )
 
     def end_session(self, response: Response) -> None:
-        response.delete_cookie(SESSION_COOKIE, path="/")
+        # The same attributes as when it was set, so the expiring cookie is as guarded.
+        response.delete_cookie(SESSION_COOKIE, path="/", secure=self.secure, httponly=True, samesite="lax")
 
     def principal(self, request: Request, now: datetime) -> Principal | None:
         """The caller, or None when anonymous. A bad or revoked credential is anonymous too."""

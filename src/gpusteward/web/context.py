@@ -12,7 +12,7 @@ from gpusteward.analysis.rules import CompiledRule
 from gpusteward.domain.models import Gpu
 from gpusteward.domain.ports import Clock
 from gpusteward.notify.links import LinkSigner
-from gpusteward.runtime import controls
+from gpusteward.runtime import owner_controls as controls
 from gpusteward.runtime.config import Settings
 from gpusteward.runtime.loop import Steward
 from gpusteward.store.access import AccessStore
@@ -50,7 +50,7 @@ class WebContext:
     def dry_run(self) -> bool:
         return self.settings.dry_run
 
-    # -- owner controls: runtime.controls, the CLI's checks; ControlError for refused requests --
+    # -- owner controls: runtime.owner_controls, the CLI's checks; ControlError for refused requests --
     def decide(self, approval_id: int, *, approve: bool, by: str, reason: str) -> ApprovalRecord:
         return controls.decide_approval(
             self.store, approval_id, approve=approve, by=by, reason=reason, now=self.now()

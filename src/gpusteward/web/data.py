@@ -20,8 +20,8 @@ import numpy as np
 
 from gpusteward.analysis.rules import CompiledRule, compile_rules, parse_rule_pack
 from gpusteward.domain.models import ApprovalStatus, Gpu, Metric, RuleAction
+from gpusteward.report import gather
 from gpusteward.runtime.loop import Steward
-from gpusteward.runtime.report import gather
 from gpusteward.store import browse
 from gpusteward.store.db import FindingEpisode, StateStore, WorkloadRecord
 from gpusteward.store.ledger import LedgerStore

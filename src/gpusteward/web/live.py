@@ -15,9 +15,9 @@ from typing import Protocol
 
 from gpusteward.domain.errors import StewardError
 from gpusteward.domain.ports import Clock
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings
 from gpusteward.runtime.loop import Steward
-from gpusteward.runtime.wiring import build_steward
 from gpusteward.store.db import StateStore
 
 log = logging.getLogger(__name__)

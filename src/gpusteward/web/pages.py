@@ -15,21 +15,21 @@ from urllib.parse import quote, urlencode
 import yaml
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from gpusteward.analysis.charts import bar_chart, hbar_chart
 from gpusteward.domain.errors import ConfigError, ControlError, RuleError
 from gpusteward.domain.models import ApprovalStatus, Metric
 from gpusteward.domain.yamlload import load_yaml
 from gpusteward.notify.links import LinkError, LinkSigner, verify
+from gpusteward.report.charts import bar_chart, hbar_chart
+from gpusteward.report.line_chart import line_chart
 from gpusteward.store.access import Role
 from gpusteward.web import data
 from gpusteward.web.auth import AuthError, Principal, read_form
-from gpusteward.web.charts import line_chart
 from gpusteward.web.context import WebContext
+from gpusteward.web.security import local_path, templates
 
-TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+TEMPLATES = templates(Path(__file__).parent / "templates")  # autoescaped
 router = APIRouter(include_in_schema=False)
 
 
@@ -75,18 +75,22 @@ def _back(request: Request, path: str, note: str = "") -> RedirectResponse:
 
 
 # -- login ---------------------------------------------------------------------------------------
+LOGIN_ERRORS = {"token": "unknown or revoked token"}
+
+
 @router.get("/login")
 def login_form(request: Request, next: str = "/", error: str = "") -> Response:
     ctx = _ctx(request)
     csrf = ctx.auth.login_csrf(request)
-    resp = _page(request, None, "login.html.j2", login_csrf=csrf, next=_safe_next(next), error=error)
+    # Only our own messages, by code: an anonymous link must not put its words on this page.
+    why = LOGIN_ERRORS.get(error, "")
+    resp = _page(request, None, "login.html.j2", login_csrf=csrf, next=_safe_next(next), error=why)
     ctx.auth.set_login_csrf(resp, csrf)
     return resp
 
 
 def _safe_next(value: str) -> str:
-    # Only paths on this site: never an open redirect to another host.
-    return value if value.startswith("/") and not value.startswith("//") else "/"
+    return local_path(value)  # only paths on this site: never an open redirect to another host
 
 
 @router.post("/login")
@@ -98,7 +102,7 @@ async def login(request: Request) -> Response:
     rec = ctx.access.authenticate(form.get("token", "").strip(), at=ctx.now())
     nxt = _safe_next(form.get("next", "/"))
     if rec is None:
-        query = urlencode({"next": nxt, "error": "unknown or revoked token"})
+        query = urlencode({"next": nxt, "error": "token"})
         return RedirectResponse(f"/login?{query}", status_code=303)
     resp = RedirectResponse(nxt, status_code=303)
     ctx.auth.start_session(resp, rec, ctx.now())
@@ -409,7 +413,7 @@ async def rule_save(request: Request) -> Response:
     note = f"saved {names} to {target}"
     if target in ctx.settings.rules.files:
         try:
-            from gpusteward.runtime.wiring import load_rules
+            from gpusteward.runtime.build import load_rules
 
             new = load_rules(ctx.settings)
         except ConfigError as e:

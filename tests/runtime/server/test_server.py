@@ -15,15 +15,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpusteward.integrations.prometheus.localserver import free_port
+from gpusteward.integrations.sim import DEFAULT_START, SimClock
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings
 from gpusteward.runtime.loop import Wake
-from gpusteward.runtime.metrics import StewardMetrics
-from gpusteward.runtime.server.app import create_app
-from gpusteward.runtime.server.serve import BackgroundServer
-from gpusteward.runtime.server.settings import parse_listen
-from gpusteward.runtime.wiring import build_steward
-from gpusteward.sensing.prometheus.localserver import free_port
-from gpusteward.sim import DEFAULT_START, SimClock
+from gpusteward.web.metrics import StewardMetrics
+from gpusteward.web.ops import create_app
+from gpusteward.web.serve import BackgroundServer
+from gpusteward.web.settings import parse_listen
 
 PAYLOADS = Path(__file__).parents[2] / "fixtures" / "prometheus" / "alertmanager"
 VALID = sorted(p.name for p in PAYLOADS.glob("*.json") if p.name != "without_mandatory_field.json")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpusteward.sensing.nvml.captures import node_from_capture, parse_smi_xml
-from gpusteward.sensing.nvml.fake import FakeNode
+from gpusteward.integrations.nvml.captures import node_from_capture, parse_smi_xml
+from gpusteward.integrations.nvml.fake import FakeNode
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 CAPTURES = sorted((FIXTURES / "nvml" / "captures").glob("*.txt"))

@@ -17,18 +17,18 @@ from pathlib import Path
 import pytest
 
 from gpusteward.domain.models import Observation
-from gpusteward.sensing.nvml.captures import (
+from gpusteward.integrations.nvml.captures import (
     number,
     parse_list,
     parse_pmon,
     parse_query_text,
     split_capture,
 )
-from gpusteward.sensing.nvml.choke import Nvml
-from gpusteward.sensing.nvml.fake import FakeNode, FakeNvmlLib
-from gpusteward.sensing.nvml.settings import NvmlSourceSettings
-from gpusteward.sensing.nvml.source import NvmlSource
-from gpusteward.sensing.procfs import ProcReader
+from gpusteward.integrations.nvml.choke import Nvml
+from gpusteward.integrations.nvml.fake import FakeNode, FakeNvmlLib
+from gpusteward.integrations.nvml.procfs import ProcReader
+from gpusteward.integrations.nvml.settings import NvmlSourceSettings
+from gpusteward.integrations.nvml.source import NvmlSource
 
 from .conftest import CAPTURES, XMLS, capture, write_proc, xml
 
@@ -155,7 +155,7 @@ def test_per_process_utilisation_comes_from_pmon(tmp_path: Path) -> None:
     pmon = parse_pmon(section((CAPTURES[0].parent / f"{name}.txt").read_text(), "load", "pmon"))
     nvml = Nvml(FakeNvmlLib(capture(name, "load")))
     nvml.start()
-    from gpusteward.sensing.nvml.sampler import NvmlSampler
+    from gpusteward.integrations.nvml.sampler import NvmlSampler
 
     sampler = NvmlSampler(nvml)
     snap = sampler.sample(NOW)
@@ -172,7 +172,7 @@ def test_windows_wddm_processes_have_no_memory_figure(tmp_path: Path) -> None:
     assert len(obs.workloads) > 10
     nvml = Nvml(FakeNvmlLib(capture("windows-x86_64__nvidia-geforce-rtx-2080-super__610.62", "load")))
     nvml.start()
-    from gpusteward.sensing.nvml.sampler import NvmlSampler
+    from gpusteward.integrations.nvml.sampler import NvmlSampler
 
     assert all(p.used_mib is None for p in NvmlSampler(nvml).sample(NOW).processes)
 

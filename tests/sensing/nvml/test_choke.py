@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 import pytest
 
 from gpusteward.domain.errors import SourceUnavailable
-from gpusteward.sensing.nvml import choke
-from gpusteward.sensing.nvml.choke import Nvml
-from gpusteward.sensing.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib
-from gpusteward.sensing.nvml.sampler import NvmlSampler
+from gpusteward.integrations.nvml import choke
+from gpusteward.integrations.nvml.choke import Nvml
+from gpusteward.integrations.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib
+from gpusteward.integrations.nvml.sampler import NvmlSampler
 
 from .conftest import capture
 
@@ -56,7 +56,7 @@ def test_not_supported_is_none_with_a_reason_logged_once(caplog: pytest.LogCaptu
     node = FakeNode([FakeGpu("GPU-a", "GeForce GTX 1070 Ti", 4096, 42, 0, 0, None, 39)])
     nvml = Nvml(FakeNvmlLib(node))
     nvml.start()
-    with caplog.at_level(logging.INFO, logger="gpusteward.sensing.nvml.choke"):
+    with caplog.at_level(logging.INFO, logger="gpusteward.integrations.nvml.choke"):
         first = nvml.call("nvmlDeviceGetPowerUsage", 0)
         second = nvml.call("nvmlDeviceGetPowerUsage", 0)
     assert first.value is None
@@ -146,12 +146,12 @@ def test_the_real_pynvml_without_a_driver_fails_at_start_with_one_clear_line() -
 def test_the_core_imports_and_explains_without_nvidia_ml_py() -> None:
     code = (
         "import sys; sys.modules['pynvml'] = None\n"
-        "import gpusteward.cli.app, gpusteward.runtime.wiring as w\n"
+        "import gpusteward.cli.commands, gpusteward.runtime.registry as w\n"
         "from gpusteward.runtime.config import load_settings\n"
         "from gpusteward.domain.ports import SystemClock\n"
         "from gpusteward.domain.errors import SourceUnavailable\n"
         "try:\n"
-        "    w.build_adapters(load_settings(None), SystemClock(), 'nvml')\n"
+        "    w.build_integration(load_settings(None), SystemClock(), 'nvml')\n"
         "except SourceUnavailable as e:\n"
         "    print(e)\n"
     )

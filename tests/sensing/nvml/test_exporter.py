@@ -10,11 +10,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from gpusteward.sensing.exporter import PROCESS_LABELS, NodeCollector, serve
-from gpusteward.sensing.nvml.choke import Nvml
-from gpusteward.sensing.nvml.fake import FakeNode, FakeNvmlLib
-from gpusteward.sensing.nvml.sampler import NvmlSampler
-from gpusteward.sensing.procfs import ProcReader
+from gpusteward.integrations.nvml.choke import Nvml
+from gpusteward.integrations.nvml.exporter import PROCESS_LABELS, NodeCollector, serve
+from gpusteward.integrations.nvml.fake import FakeNode, FakeNvmlLib
+from gpusteward.integrations.nvml.procfs import ProcReader
+from gpusteward.integrations.nvml.sampler import NvmlSampler
 
 from .conftest import CGROUPS, FakePid, capture, users
 

@@ -14,11 +14,11 @@ import pytest
 
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import EXCLUDE_UNTIL_KEY, PROTECT_KEY, WorkloadKind
-from gpusteward.sensing.nvml.choke import Nvml
-from gpusteward.sensing.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib, FakeProcess
-from gpusteward.sensing.nvml.settings import NvmlSourceSettings
-from gpusteward.sensing.nvml.source import CHECKPOINT_SIGNAL_KEY, NvmlSource
-from gpusteward.sensing.procfs import ProcReader
+from gpusteward.integrations.nvml.choke import Nvml
+from gpusteward.integrations.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib, FakeProcess
+from gpusteward.integrations.nvml.procfs import ProcReader
+from gpusteward.integrations.nvml.settings import NvmlSourceSettings
+from gpusteward.integrations.nvml.source import CHECKPOINT_SIGNAL_KEY, NvmlSource
 
 from .conftest import BTIME, CGROUPS, FakePid, capture, users, write_proc
 

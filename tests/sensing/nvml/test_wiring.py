@@ -16,14 +16,15 @@ from typer.testing import CliRunner
 from gpusteward.cli import app
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import Level
-from gpusteward.execution.process import ProcessExecutor
+from gpusteward.integrations.nvml.build import build as build_nvml
+from gpusteward.integrations.nvml.executor import ProcessExecutor
+from gpusteward.integrations.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib, FakeProcess
+from gpusteward.integrations.nvml.procfs import ProcReader
+from gpusteward.integrations.nvml.source import NvmlSource
 from gpusteward.notify import MemoryNotifier
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.nvml_wiring import nvml_adapters
-from gpusteward.runtime.wiring import SOURCES, build_steward
-from gpusteward.sensing.nvml.fake import FakeGpu, FakeNode, FakeNvmlLib, FakeProcess
-from gpusteward.sensing.nvml.source import NvmlSource
-from gpusteward.sensing.procfs import ProcReader
+from gpusteward.runtime.registry import REGISTRY, build_context
 
 from .conftest import capture
 
@@ -48,27 +49,27 @@ class StepClock:
 
 
 def test_nvml_is_registered_and_builds_a_source_and_a_process_executor(tmp_path: Path) -> None:
-    assert "nvml" in SOURCES
+    assert "nvml" in REGISTRY
     settings = load_settings(
         None,
         source={"name": "nvml", "nvml": {"node": "gpu-07", "protected_users": ["carol"]}},
         policy={"ladder": {"stop_grace_seconds": 42}, "protect": {"users": ["dave"]}},
         store={"url": f"sqlite:///{tmp_path / 's.db'}"},
     )
-    adapters = nvml_adapters(
-        settings,
-        StepClock(datetime.now(tz=UTC)),
+    integration = build_nvml(
+        settings.source.nvml,
+        build_context(settings, StepClock(datetime.now(tz=UTC))),
         lib=FakeNvmlLib(capture("linux-x86_64__nvidia-h200__590.48.01", "load")),
     )
-    assert isinstance(adapters.source, NvmlSource)
-    assert adapters.source.node == "gpu-07"
-    (ex,) = adapters.executors
+    assert isinstance(integration.source, NvmlSource)
+    assert integration.source.node == "gpu-07"
+    (ex,) = integration.executors
     assert isinstance(ex, ProcessExecutor)
     assert ex.grace_s == 42
     assert ex.protected_users == {"carol", "dave"}
     assert not ex.allow_root
     now = datetime.now(tz=UTC)
-    assert adapters.history(now - timedelta(hours=1), now, 30) == []
+    assert integration.history(now - timedelta(hours=1), now, 30) == []
 
 
 def test_unknown_nvml_keys_are_config_errors() -> None:
@@ -178,7 +179,7 @@ def test_an_idle_process_holding_gpu_memory_is_warned_then_stopped_with_its_chec
         settings,
         clock=clock,
         notifier=notifier,
-        adapters=nvml_adapters(settings, clock, lib=FakeNvmlLib(node)),
+        integration=build_nvml(settings.source.nvml, build_context(settings, clock), lib=FakeNvmlLib(node)),
     )
     stops = []
     findings_at = None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpusteward.sensing.cgroup import CgroupInfo, parse_cgroup, parse_cgroup_path
+from gpusteward.integrations.nvml.cgroup import CgroupInfo, parse_cgroup, parse_cgroup_path
 
 CGROUPS = Path(__file__).resolve().parents[2] / "fixtures" / "cgroup"
 

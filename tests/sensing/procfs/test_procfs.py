@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpusteward.sensing.procfs import (
+from gpusteward.integrations.nvml.procfs import (
     ProcReader,
     parse_btime,
     parse_cmdline,

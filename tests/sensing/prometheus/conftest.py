@@ -17,8 +17,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpusteward.integrations.prometheus.localserver import (
+    LocalPrometheus,
+    Series,
+    binaries,
+    write_openmetrics,
+)
 from gpusteward.runtime.config import Settings, load_settings
-from gpusteward.sensing.prometheus.localserver import LocalPrometheus, Series, binaries, write_openmetrics
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "prometheus"
 MIB = 1024 * 1024

@@ -13,8 +13,10 @@ import pytest
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import utc
+from gpusteward.domain.ports import SystemClock
+from gpusteward.integrations.prometheus.build import build_source, client_options
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.prometheus_wiring import build_source, client_options
+from gpusteward.runtime.registry import build_context
 
 EMPTY = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
 
@@ -50,7 +52,7 @@ def _source(url: str, tmp_path: Path, **prometheus: object):  # type: ignore[no-
         source={"name": "prometheus", "prometheus": {"url": url, **prometheus}},
         store={"url": f"sqlite:///{tmp_path / 's.db'}"},
     )
-    return build_source(settings)
+    return build_source(settings.source.prometheus, build_context(settings, SystemClock()))
 
 
 def test_bearer_token_from_a_file(recorder: tuple[str, list[dict[str, str]]], tmp_path: Path) -> None:

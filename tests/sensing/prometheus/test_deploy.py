@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 
-from gpusteward.runtime.metrics import StewardMetrics
-from gpusteward.sensing.prometheus.localserver import LocalPrometheus, Series, check_rules
+from gpusteward.integrations.prometheus.localserver import LocalPrometheus, Series, check_rules
+from gpusteward.web.metrics import StewardMetrics
 
 ROOT = Path(__file__).parents[3]
 RULES = ROOT / "deploy" / "prometheus" / "gpusteward-rules.yaml"

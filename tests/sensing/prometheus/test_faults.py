@@ -18,13 +18,13 @@ import pytest
 
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import RuleAction, utc
+from gpusteward.integrations.prometheus.client import ClientOptions, PrometheusClient
+from gpusteward.integrations.prometheus.localserver import LocalPrometheus
+from gpusteward.integrations.sim import SimClock
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings
 from gpusteward.runtime.loop import Steward, TickReport
-from gpusteward.runtime.metrics import StewardMetrics
-from gpusteward.runtime.wiring import build_steward
-from gpusteward.sensing.prometheus.client import ClientOptions, PrometheusClient
-from gpusteward.sensing.prometheus.localserver import LocalPrometheus
-from gpusteward.sim import SimClock
+from gpusteward.web.metrics import StewardMetrics
 
 
 class FaultProxy:

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpusteward.domain.models import WorkloadKind
-from gpusteward.sensing.prometheus.parse import (
+from gpusteward.integrations.prometheus.parse import (
     DEFAULT_SPECS,
     Assembler,
     LabelMap,
@@ -20,7 +20,7 @@ from gpusteward.sensing.prometheus.parse import (
     identify_gpu,
     identify_holder,
 )
-from gpusteward.sensing.prometheus.query import RawSeries, parse_api_result, shard_patterns
+from gpusteward.integrations.prometheus.query import RawSeries, parse_api_result, shard_patterns
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "prometheus"
 IGNORE = re.compile("(nvidia-)?dcgm-exporter.*")

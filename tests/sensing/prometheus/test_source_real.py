@@ -8,13 +8,13 @@ from datetime import timedelta
 import pytest
 
 from gpusteward.domain.models import Metric, RuleAction, WorkloadKind, utc
+from gpusteward.integrations.prometheus.client import ClientOptions, PrometheusClient
+from gpusteward.integrations.prometheus.localserver import LocalPrometheus, Series
+from gpusteward.integrations.prometheus.source import PrometheusSource
+from gpusteward.integrations.sim import SimClock
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings
 from gpusteward.runtime.loop import Steward, TickReport
-from gpusteward.runtime.wiring import build_steward
-from gpusteward.sensing.prometheus.client import ClientOptions, PrometheusClient
-from gpusteward.sensing.prometheus.localserver import LocalPrometheus, Series
-from gpusteward.sensing.prometheus.source import PrometheusSource
-from gpusteward.sim import SimClock
 
 MakeSettings = Callable[..., Settings]
 

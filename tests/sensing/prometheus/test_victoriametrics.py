@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from gpusteward.domain.models import RuleAction, utc
+from gpusteward.integrations.prometheus.localserver import Series, free_port
+from gpusteward.integrations.sim import SimClock
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings
-from gpusteward.runtime.wiring import build_steward
-from gpusteward.sensing.prometheus.localserver import Series, free_port
-from gpusteward.sim import SimClock
 
 
 def _exposition(series: list[Series]) -> str:

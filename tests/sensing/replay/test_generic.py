@@ -12,8 +12,13 @@ import numpy as np
 import pytest
 
 from gpusteward.domain.errors import ConfigError
-from gpusteward.sensing.replay import load_trace, sniff
-from gpusteward.sensing.replay.generic import load_generic, parse_long_table, parse_time, read_csv_columns
+from gpusteward.integrations.replay import load_trace, sniff
+from gpusteward.integrations.replay.generic import (
+    load_generic,
+    parse_long_table,
+    parse_time,
+    read_csv_columns,
+)
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "replay"
 SMALL = FIXTURES / "generic_small.csv"

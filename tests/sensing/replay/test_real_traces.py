@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from gpusteward.domain.errors import ConfigError
-from gpusteward.sensing.replay import load_trace, sniff
-from gpusteward.sensing.replay.helios import parse_helios, vc_name
-from gpusteward.sensing.replay.philly import load_philly, parse_philly
+from gpusteward.integrations.replay import load_trace, sniff
+from gpusteward.integrations.replay.helios import parse_helios, vc_name
+from gpusteward.integrations.replay.philly import load_philly, parse_philly
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "replay"
 PHILLY = FIXTURES / "philly_windows_sample.csv"

@@ -10,7 +10,7 @@ import pytest
 from gpusteward.domain.errors import ExecutionError
 from gpusteward.domain.models import Decision, Level
 from gpusteward.domain.ports import Executor, Source
-from gpusteward.sensing.replay import REF_KEY, ReplayExecutor, ReplaySource, load_trace
+from gpusteward.integrations.replay import REF_KEY, ReplayExecutor, ReplaySource, load_trace
 
 SMALL = Path(__file__).resolve().parents[2] / "fixtures" / "replay" / "generic_small.csv"
 T10 = datetime(2025, 3, 4, 10, 0, tzinfo=UTC)

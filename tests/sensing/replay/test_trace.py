@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpusteward.domain.models import Gpu, Owner
-from gpusteward.sensing.replay import Trace, TraceWorkload
+from gpusteward.integrations.replay import Trace, TraceWorkload
 
 
 def trace(util: dict[int, list[float | None]], *, wl_of: dict[int, int] | None = None) -> Trace:

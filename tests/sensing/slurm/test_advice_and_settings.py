@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from gpusteward.domain.errors import ConfigError
+from gpusteward.domain.integration import Integration
 from gpusteward.domain.models import Owner, RuleAction, Workload, WorkloadKind
+from gpusteward.integrations.sim import SimClock
+from gpusteward.integrations.slurm import SacctRecord, parse_sacct, timelimit_advice, typical_runtimes
+from gpusteward.integrations.slurm.build import build_slurm
+from gpusteward.integrations.slurm.settings import normalise_signal
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.slurm import build_slurm
-from gpusteward.runtime.wiring import SOURCES, Adapters, build_adapters
-from gpusteward.sensing.slurm import SacctRecord, parse_sacct, timelimit_advice, typical_runtimes
-from gpusteward.sensing.slurm.settings import normalise_signal
-from gpusteward.sim import SimClock
+from gpusteward.runtime.registry import REGISTRY, build_context, build_integration
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "slurm"
 NOW = datetime(2025, 3, 1, tzinfo=UTC)
@@ -107,7 +108,7 @@ def test_normalise_signal(value, name):
 def test_an_unknown_metric_source_is_a_config_error():
     settings = load_settings(None, source={"name": "slurm", "slurm": {"metrics": "no-such-source"}})
     with pytest.raises(ConfigError, match=r"source\.slurm\.metrics: unknown metric source 'no-such-source'"):
-        build_adapters(settings, SimClock(NOW))
+        build_integration(settings, SimClock(NOW))
 
 
 def test_wiring_builds_the_composite_from_the_registry(monkeypatch, tmp_path):
@@ -122,22 +123,21 @@ def test_wiring_builds_the_composite_from_the_registry(monkeypatch, tmp_path):
         def close(self):
             pass
 
-    monkeypatch.setitem(SOURCES, "m", lambda s, c: Adapters(source=M(), executors=[], history=lambda *a: []))
+    monkeypatch.setitem(
+        REGISTRY, "m", lambda s, c: Integration(source=M(), executors=[], history=lambda *a: [])
+    )
     settings = load_settings(
         None,
         source={"name": "slurm", "slurm": {"metrics": "m", "slurm_conf": str(tmp_path / "slurm.conf")}},
         policy={"ladder": {"stop_grace_seconds": 45}},
     )
-    adapters = build_adapters(settings, SimClock(NOW))
-    assert adapters.source.name == "slurm"
-    (executor,) = adapters.executors
+    integration = build_integration(settings, SimClock(NOW))
+    assert integration.source.name == "slurm"
+    (executor,) = integration.executors
     assert executor.grace_s == 45
-    assert adapters.history(NOW, NOW, 60) == []
-    parts = build_slurm(settings, SimClock(NOW), metrics=M())
+    assert integration.history(NOW, NOW, 60) == []
+    parts = build_slurm(settings.source.slurm, build_context(settings, SimClock(NOW), metrics=M()))
     assert parts.runner.env["SLURM_CONF"] == str(tmp_path / "slurm.conf")
+    mars = load_settings(None, source={"slurm": {"controller_timezone": "Mars/Olympus"}})
     with pytest.raises(ConfigError, match="controller_timezone"):
-        build_slurm(
-            load_settings(None, source={"slurm": {"controller_timezone": "Mars/Olympus"}}),
-            SimClock(NOW),
-            metrics=M(),
-        )
+        build_slurm(mars.source.slurm, build_context(mars, SimClock(NOW), metrics=M()))

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from gpusteward.domain.errors import SourceError
-from gpusteward.sensing.slurm.contact import ContactResolver, gecos_email, parse_mapping
+from gpusteward.integrations.slurm.contact import ContactResolver, gecos_email, parse_mapping
 
 
 @pytest.mark.parametrize(
@@ -88,7 +88,7 @@ def test_no_rule_no_address_and_getent_failure_is_not_cached():
 
 
 def test_real_getent_for_root():
-    from gpusteward.sensing.slurm import SlurmClient, SlurmRunner
+    from gpusteward.integrations.slurm import SlurmClient, SlurmRunner
 
     expected = subprocess.run(["getent", "passwd", "root"], capture_output=True, text=True, check=True).stdout
     client = SlurmClient(SlurmRunner())

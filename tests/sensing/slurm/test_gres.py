@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpusteward.sensing.slurm.gres import (
+from gpusteward.integrations.slurm.gres import (
     GresAlloc,
     expand_hostlist,
     expand_indices,

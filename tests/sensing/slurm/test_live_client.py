@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 import pytest
 from typer.testing import CliRunner
 
-from gpusteward.cli.app import app
+from gpusteward.cli.commands import app
 from gpusteward.domain.errors import SourceError, SourceUnavailable
 from gpusteward.domain.models import Decision, Level, Workload
-from gpusteward.execution.slurm import SlurmExecutor
-from gpusteward.sensing.slurm import SlurmClient, SlurmJobControl, SlurmRunner, SlurmSource
+from gpusteward.integrations.slurm import SlurmClient, SlurmJobControl, SlurmRunner, SlurmSource
+from gpusteward.integrations.slurm.executor import SlurmExecutor
 
 ENDED = {"COMPLETED", "CANCELLED", "FAILED", "GONE", "TIMEOUT"}
 

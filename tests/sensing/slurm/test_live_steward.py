@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from gpusteward.domain.errors import SourceError
+from gpusteward.domain.integration import Integration
 from gpusteward.domain.models import Action, ActionStatus, Hold
+from gpusteward.integrations.sim import SimClock
+from gpusteward.integrations.slurm.build import build_slurm
 from gpusteward.notify import MemoryNotifier
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, load_settings
-from gpusteward.runtime.slurm import build_slurm
-from gpusteward.runtime.wiring import SOURCES, Adapters, build_steward
-from gpusteward.sim import SimClock
+from gpusteward.runtime.registry import REGISTRY, build_context
 
 #: Traps the checkpoint signal, writes a file, exits: a trainer that checkpoints on USR1.
 CHECKPOINTING = """\
@@ -57,9 +59,7 @@ def settings_for(tmp_path: Path, slurm, mode: str = "enforce", **ladder: float) 
 @pytest.fixture
 def wired_metrics(metrics, monkeypatch):
     """The test's metric source, registered by name so the wiring builds the slurm source itself."""
-    monkeypatch.setitem(
-        SOURCES, "testmetrics", lambda s, c: Adapters(source=metrics, executors=[], history=lambda *a: [])
-    )
+    monkeypatch.setitem(REGISTRY, "testmetrics", lambda cfg, ctx: Integration(name="metrics", source=metrics))
     return metrics
 
 
@@ -92,8 +92,8 @@ def test_enforce_checkpoint_stops_the_idle_job_only(slurm, tmp_path, wired_metri
     a_gpus = sorted(f"GPU-test-gst-node1-{i}" for i in slurm.gpu_indices(a))
     clock = SimClock(datetime.now(tz=UTC))
     notifier = MemoryNotifier()
-    steward, adapters = build_steward(settings_for(tmp_path, slurm), clock=clock, notifier=notifier)
-    assert adapters.source.name == "slurm"
+    steward, integration = build_steward(settings_for(tmp_path, slurm), clock=clock, notifier=notifier)
+    assert integration.source.name == "slurm"
 
     def settled() -> bool:  # the job ended, and its graceful stop's follow-up has run
         pending = [x for x in steward.store.actions(limit=50) if x.status is ActionStatus.EXECUTING]
@@ -173,9 +173,9 @@ def test_controller_down_no_action_then_recovers(slurm, tmp_path, metrics, clean
     slurm.wait(a, {"RUNNING"})
     settings = settings_for(tmp_path, slurm)
     clock = SimClock(datetime.now(tz=UTC))
-    parts = build_slurm(settings, clock, metrics=metrics)
-    adapters = Adapters(source=parts.source, executors=[parts.executor], history=lambda *a: [])
-    steward, _ = build_steward(settings, clock=clock, notifier=MemoryNotifier(), adapters=adapters)
+    parts = build_slurm(settings.source.slurm, build_context(settings, clock, metrics=metrics))
+    integration = Integration(name="slurm", source=parts.source, executors=[parts.executor])
+    steward, _ = build_steward(settings, clock=clock, notifier=MemoryNotifier(), integration=integration)
     wid = f"slurm:gst:{a}"
 
     def steps() -> list[str]:

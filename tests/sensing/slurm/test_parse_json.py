@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpusteward.domain.errors import SourceError
-from gpusteward.sensing.slurm.parse_json import check_version, parse_jobs_json
+from gpusteward.integrations.slurm.parse_json import check_version, parse_jobs_json
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "slurm"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpusteward.sensing.slurm.parse_json import parse_jobs_json
-from gpusteward.sensing.slurm.parse_text import (
+from gpusteward.integrations.slurm.parse_json import parse_jobs_json
+from gpusteward.integrations.slurm.parse_text import (
     parse_duration_minutes,
     parse_sacct,
     parse_scontrol_job,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpusteward.domain.errors import SourceError, SourceUnavailable
-from gpusteward.sensing.slurm import SlurmClient, SlurmCommandFailed, SlurmRunner
+from gpusteward.integrations.slurm import SlurmClient, SlurmCommandFailed, SlurmRunner
 
 
 def tool(directory: Path, name: str, body: str) -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpusteward.domain.errors import SourceError
+from gpusteward.domain.integration import Integration
 from gpusteward.domain.models import (
     EXCLUDE_UNTIL_KEY,
     PROTECT_KEY,
@@ -21,12 +22,11 @@ from gpusteward.domain.models import (
     Workload,
     WorkloadKind,
 )
+from gpusteward.integrations.sim import SimClock
+from gpusteward.integrations.slurm import JobView, SlurmJob, SlurmSource, parse_jobs_json
 from gpusteward.notify import MemoryNotifier
-from gpusteward.runtime.adapters import Adapters
+from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.wiring import build_steward
-from gpusteward.sensing.slurm import JobView, SlurmJob, SlurmSource, parse_jobs_json
-from gpusteward.sim import SimClock
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "slurm"
 START = datetime(2026, 11, 30, 3, 49, 13, tzinfo=UTC)
@@ -257,8 +257,8 @@ def _steward(tmp_path, source):
         policy={"startup_grace_minutes": 0},
     )
     clock = SimClock(START + timedelta(minutes=1))
-    adapters = Adapters(source=source, executors=[], history=lambda *a: [])
-    steward, _ = build_steward(settings, clock=clock, notifier=MemoryNotifier(), adapters=adapters)
+    integration = Integration(source=source, executors=[], history=lambda *a: [])
+    steward, _ = build_steward(settings, clock=clock, notifier=MemoryNotifier(), integration=integration)
     return steward, clock
 
 

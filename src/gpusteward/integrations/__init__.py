@@ -1,0 +1,1 @@
+"""One package per outside system; each exposes ``build(...) -> Integration``."""

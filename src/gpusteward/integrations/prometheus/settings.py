@@ -1,0 +1,76 @@
+"""The ``source.prometheus`` config section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from gpusteward.integrations.prometheus.parse import FIELDS, LabelMap
+
+
+class MetricOverride(BaseModel):
+    """An extra (or renamed) exporter metric: which field it feeds and by what factor."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    field: str = Field(description="gpu_util_pct, mem_used_mib, ..., mem_total_mib, gr_engine_pct.")
+    scale: float = Field(1.0, description="Multiplier into the field's unit (1/1048576 for bytes → MiB).")
+
+    @field_validator("field")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in FIELDS:
+            raise ValueError(f"unknown field {v!r}; one of {', '.join(sorted(FIELDS))}")
+        return v
+
+
+class PrometheusSourceSettings(BaseModel):
+    """Read dcgm-exporter (and jobstats, nvidia_gpu_exporter) metrics from Prometheus or VictoriaMetrics."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field("http://127.0.0.1:9090", description="Base URL of the Prometheus HTTP API.")
+    bearer_token: SecretStr | None = Field(None, description="Sent as `Authorization: Bearer ...`.")
+    bearer_token_file: Path | None = Field(None, description="File holding the bearer token (read at start).")
+    username: str | None = Field(None, description="Basic-auth user.")
+    password: SecretStr | None = Field(None, description="Basic-auth password.")
+    tls_verify: bool = Field(True, description="Verify the server's TLS certificate.")
+    ca_file: Path | None = Field(None, description="CA bundle to verify the server with.")
+    timeout_seconds: float = Field(10, gt=0, description="Longest wait for one query's answer.")
+    connect_timeout_seconds: float = Field(3, gt=0, description="Longest wait to connect.")
+    max_samples_per_query: int = Field(
+        5_000_000,
+        ge=1000,
+        description="Split queries by GPU so that none loads more samples (keep under query.max-samples).",
+    )
+    query_step_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="Step of the start-up range queries; default tick_seconds (one per window slot).",
+    )
+    fetch_overlap_seconds: float = Field(
+        15, ge=0, description="Each tick re-reads this much before the last fetch, for late-ingested samples."
+    )
+    selector: str = Field(
+        "", description='Extra label matchers added to every query, e.g. `cluster="a"` (no braces).'
+    )
+    metrics: dict[str, MetricOverride] = Field(
+        default_factory=dict, description="Extra exporter metrics, or new units for known ones."
+    )
+    disabled_metrics: list[str] = Field(default_factory=list, description="Known metrics not to read.")
+    labels: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Label names to try per role (uuid, node, index, model, mig_instance, mig_profile, "
+        "pod, namespace, container, job, user), replacing the built-in lists.",
+    )
+    exporter_pod_regex: str = Field(
+        "(nvidia-)?dcgm-exporter.*",
+        description="Pods matching this are the exporter itself (`pod` without honor_labels): never holders.",
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _roles(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        LabelMap().with_overrides(v)
+        return v

@@ -1,0 +1,311 @@
+"""The ``prometheus`` source: start-up backfill by range queries, then incremental fetches.
+
+Start-up (``history``) reads the window with one ``query_range`` per metric of
+``last_over_time(m[step])``: at most one point per window slot, and only where a real
+sample fell in that slot, so a gap stays a gap. Each tick (``observe``) reads the raw
+samples since the last fetch with one instant range-selector query
+(``{__name__=~"..."}[65s]``), whose points carry their real scrape times: a GPU whose
+exporter stopped gets no fresh-looking sample.
+
+Queries are split by GPU uuid (``shard_patterns``) so that none loads more than
+``max_samples_per_query``; a server that still refuses one for its size gets it split
+further. When some shards fail the tick goes on with the others; their GPUs go stale.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpusteward.domain.errors import SourceError
+from gpusteward.domain.models import Gpu, Observation, Workload, utc
+from gpusteward.integrations.prometheus.client import PrometheusClient, QueryResult, TooManySamples
+from gpusteward.integrations.prometheus.parse import (
+    DEFAULT_SPECS,
+    Assembler,
+    Holder,
+    LabelMap,
+    MetricSpec,
+    Slot,
+    build_workloads,
+)
+from gpusteward.integrations.prometheus.query import RawSeries, names_regex, shard_patterns
+
+log = logging.getLogger(__name__)
+
+#: Prometheus refuses range queries of more than 11,000 points per series.
+MAX_STEPS = 10_000
+MAX_SHARDS = 256
+#: Assumed scrape interval when sizing queries (dcgm-exporter's default is 30 s; be safe).
+SCRAPE_GUESS_S = 10.0
+
+
+def _q(s: str) -> str:
+    """A PromQL double-quoted string literal."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _ms(seconds: float) -> str:
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+@dataclass
+class _Fetched:
+    series: list[tuple[RawSeries, str | None]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    queries: int = 0
+
+
+class PrometheusSource:
+    """Implements ``gpusteward.domain.ports.Source`` over a Prometheus-compatible API."""
+
+    name = "prometheus"
+
+    def __init__(
+        self,
+        client: PrometheusClient,
+        *,
+        interval_s: float,
+        window_s: float,
+        specs: Mapping[str, MetricSpec] = DEFAULT_SPECS,
+        labels: LabelMap | None = None,
+        max_samples_per_query: int = 5_000_000,
+        overlap_s: float = 15.0,
+        step_s: float | None = None,
+        selector: str = "",
+        exporter_pod_regex: str | None = "(nvidia-)?dcgm-exporter.*",
+    ) -> None:
+        self.client = client
+        self.interval_s = float(interval_s)
+        self.window_s = float(window_s)
+        self.specs = dict(specs)
+        self.labels = labels or LabelMap()
+        self.max_samples = max_samples_per_query
+        self.overlap_s = overlap_s
+        self.step_s = step_s
+        self.selector = selector.strip().strip(",")
+        self.ignore_pods = re.compile(exporter_pod_regex) if exporter_pod_regex else None
+        self._names = names_regex(self.specs)
+        self._cursor: datetime | None = None
+        self._series = 0
+        self._min_shards = 1
+        self._gpus: dict[str, Gpu] = {}
+        self._last_seen: dict[str, float] = {}
+        self._holders: dict[str, Holder | None] = {}
+        self._holder_at: dict[str, float] = {}
+        self._started: dict[str, datetime] = {}
+        # The workloads only change with a holder (or a forgotten GPU): built again only then.
+        self._workload_cache: tuple[Workload, ...] | None = None
+        #: Queries sent so far (each uuid shard counts).
+        self.queries = 0
+
+    def close(self) -> None:
+        self.client.close()
+
+    @property
+    def shards(self) -> int:
+        """The fewest uuid shards a query is split into, after any refusal for size."""
+        return self._min_shards
+
+    # -- queries ------------------------------------------------------------------
+
+    def _matchers(self, *extra: str) -> str:
+        return ",".join(m for m in (*extra, self.selector) if m)
+
+    def _fetch(
+        self,
+        expr_for: Callable[[str], str],
+        call: Callable[[str], QueryResult],
+        samples: float,
+        name: str | None,
+    ) -> _Fetched:
+        """Run ``expr_for(shard matcher)`` over as many uuid shards as ``samples`` needs.
+
+        Stops at the first failing query (a down or slow server would fail them all).
+        """
+        n = max(self._min_shards, math.ceil(samples / self.max_samples))
+        while True:
+            patterns = shard_patterns(min(n, MAX_SHARDS))
+            exprs = (
+                [expr_for("")]
+                if len(patterns) == 1
+                else [expr_for(f"{label}=~{_q(p)}") for p in patterns for label in self.labels.uuid]
+            )
+            out = _Fetched(queries=len(exprs))
+            try:
+                for expr in exprs:
+                    self.queries += 1
+                    res = call(expr)
+                    out.series.extend((s, name) for s in res.series)
+                    out.warnings.extend(res.warnings)
+            except TooManySamples as e:
+                if len(patterns) >= MAX_SHARDS:
+                    out.errors.append(str(e))
+                    return out
+                n = self._min_shards = min(MAX_SHARDS, max(4, len(patterns) * 4))
+                log.info("prometheus refused a query for its size; splitting into %d shards", n)
+                continue
+            except SourceError as e:
+                out.errors.append(str(e))
+            return out
+
+    def _count_series(self, at: datetime) -> dict[str, int]:
+        expr = f"count by (__name__) ({{{self._matchers(f'__name__=~{_q(self._names)}')}}})"
+        res = self.client.query(expr, at)
+        return {s.name: int(float(s.points[-1][1])) for s in res.series if s.points}
+
+    # -- state --------------------------------------------------------------------
+
+    def _absorb_gpus(self, asm: Assembler) -> None:
+        for uuid in asm.gpus:
+            gpu = asm.gpu(uuid)
+            old = self._gpus.get(uuid)
+            if old is not None and old.memory_total_mib > gpu.memory_total_mib:
+                gpu = Gpu(gpu.uuid, gpu.node, gpu.index, gpu.model, old.memory_total_mib)
+            self._gpus[uuid] = gpu
+
+    def _apply(self, slot: Slot) -> bool:
+        """Take in one slot's holders and sample times; True when a holder changed."""
+        changed = False
+        for uuid, holder in slot.holders.items():
+            if slot.start_s >= self._holder_at.get(uuid, -math.inf):
+                changed = changed or self._holders.get(uuid) != holder
+                self._holders[uuid], self._holder_at[uuid] = holder, slot.start_s
+                if holder is not None and holder.id not in self._started:
+                    self._started[holder.id] = utc(slot.start_s)
+        seen = self._last_seen
+        for sample in slot.samples:
+            t = sample.at.timestamp()
+            if t > seen.get(sample.gpu_uuid, 0.0):
+                seen[sample.gpu_uuid] = t
+        return changed
+
+    def _forget(self, before_s: float) -> None:
+        """GPUs silent for a whole window are gone; so are workloads that hold nothing."""
+        for uuid in [u for u, t in self._last_seen.items() if t < before_s]:
+            for d in (self._gpus, self._last_seen, self._holders, self._holder_at):
+                d.pop(uuid, None)
+            self._workload_cache = None
+        holding = {h.id for h in self._holders.values() if h is not None}
+        for wid in [w for w in self._started if w not in holding]:
+            del self._started[wid]
+
+    def _workloads(self, changed: bool = True) -> tuple[Workload, ...]:
+        if changed or self._workload_cache is None:
+            node_of = {u: g.node for u, g in self._gpus.items()}
+            self._workload_cache = build_workloads(self._holders, self._started, node_of)
+        return self._workload_cache
+
+    def _assembler(self) -> Assembler:
+        return Assembler(self.specs, self.labels, self.interval_s, self.ignore_pods)
+
+    # -- the Source protocol ------------------------------------------------------
+
+    def observe(self, now: datetime) -> Observation:
+        """The raw samples since the last fetch (plus an overlap), as of ``now``."""
+        if self._cursor is None:
+            span = 2 * self.interval_s
+        else:
+            span = (now - self._cursor).total_seconds() + self.overlap_s
+        span = min(self.window_s, max(self.interval_s, span))
+        names = f"__name__=~{_q(self._names)}"
+        estimate = max(self._series, 1) * (span / SCRAPE_GUESS_S + 1)
+        got = self._fetch(
+            lambda shard: f"{{{self._matchers(names, shard)}}}[{_ms(span)}]",
+            lambda expr: self.client.query(expr, now),
+            estimate,
+            None,
+        )
+        if got.errors and not got.series:
+            raise SourceError(got.errors[0])
+        asm = self._assembler()
+        for s, _ in got.series:
+            asm.add(s)
+        slots = asm.slots()
+        self._absorb_gpus(asm)
+        changed = False
+        for slot in slots:
+            changed = self._apply(slot) or changed
+        self._forget(now.timestamp() - self.window_s)
+        if not got.errors:
+            self._cursor = now
+            self._series = asm.series
+        errors = got.errors + [f"prometheus warning: {w}" for w in got.warnings]
+        return Observation(
+            at=now,
+            gpus=tuple(self._gpus.values()),
+            samples=tuple(s for slot in slots for s in slot.samples),
+            workloads=self._workloads(changed),
+            errors=tuple(errors),
+        )
+
+    def history(self, start: datetime, end: datetime, step_s: float) -> list[Observation]:
+        """The window before ``end``, one observation per slot. Never raises: a failed
+        backfill leaves the window to fill from ticks."""
+        step = float(self.step_s or step_s)
+        first = math.ceil(start.timestamp() / step) * step + step
+        if first > end.timestamp():
+            return []
+        try:
+            counts = self._count_series(end)
+        except SourceError as e:
+            log.warning("prometheus backfill skipped: %s", e)
+            return []
+        asm = self._assembler()
+        errors: list[str] = []
+        for name in sorted(n for n, c in counts.items() if c > 0 and n in self.specs):
+            for lo, hi in _chunks(first, end.timestamp(), step):
+                got = self._backfill_one(name, lo, hi, step, counts[name])
+                errors.extend(got.errors)
+                for s, _ in got.series:
+                    # last_over_time(m[step]) at t is the newest sample in (t - step, t]:
+                    # date it at the start of that span, never newer than it was.
+                    asm.add(RawSeries(s.labels, [(t - step, v) for t, v in s.points]), name)
+        for err in errors[:5]:
+            log.warning("prometheus backfill: %s", err)
+        slots = asm.slots()
+        self._absorb_gpus(asm)
+        out = []
+        workloads: tuple[Workload, ...] | None = None
+        for slot in slots:
+            # Each slot carries the holders as of that slot: the window drops a GPU's
+            # history when its holder changes, so a new job is not judged on the last one's.
+            if self._apply(slot) or workloads is None:
+                workloads = self._workloads()
+            gpus = tuple(self._gpus[s.gpu_uuid] for s in slot.samples if s.gpu_uuid in self._gpus)
+            out.append(
+                Observation(at=utc(slot.start_s), gpus=gpus, samples=slot.samples, workloads=workloads)
+            )
+        self._forget(end.timestamp() - self.window_s)
+        self._cursor = end
+        self._series = asm.series
+        return out
+
+    def _backfill_one(self, name: str, lo: float, hi: float, step: float, series: int) -> _Fetched:
+        window = _ms(step)
+        steps = (hi - lo) / step + 1
+
+        def expr(shard: str) -> str:
+            return f"last_over_time({name}{{{self._matchers(shard)}}}[{window}])"
+
+        return self._fetch(
+            expr,
+            lambda e: self.client.query_range(e, utc(lo), utc(hi), step),
+            series * steps * (1 + step / SCRAPE_GUESS_S),
+            name,
+        )
+
+
+def _chunks(first: float, end: float, step: float) -> list[tuple[float, float]]:
+    out = []
+    lo = first
+    while lo <= end:
+        hi = min(end, lo + (MAX_STEPS - 1) * step)
+        out.append((lo, hi))
+        lo = hi + step
+    return out

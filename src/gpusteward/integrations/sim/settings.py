@@ -1,0 +1,23 @@
+"""The ``source.sim`` section: the built-in simulated cluster."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SimSourceSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: int = Field(8, ge=1, le=4096, description="Simulated nodes.")
+    gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs per simulated node.")
+    seed: int = Field(42, ge=0, le=2**32 - 1, description="Seed: the same seed gives the same cluster.")
+    scenario: Literal["default", "small"] = Field("default", description="Workload mix.")
+    history_hours: float = Field(
+        6.0,
+        ge=0,
+        le=24 * 31,
+        description="How long the simulated cluster has been running when the agent starts.",
+    )
+    drop_rate: float = Field(0.0, ge=0, le=1, description="Share of samples lost, to exercise missing data.")

@@ -1,0 +1,127 @@
+"""Render ``ReportData`` as a self-contained HTML page (Jinja2, charts as inline SVG) and write the
+cluster report plus one per team."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Literal
+
+import jinja2
+from markupsafe import Markup
+
+from gpusteward.domain.errors import ConfigError
+from gpusteward.report.charts import bar_chart, fmt, hbar_chart
+from gpusteward.report.figures import BUCKETS, ReportData, gather
+from gpusteward.report.insight_rows import gather_insights
+from gpusteward.store.db import StateStore
+from gpusteward.store.ledger import LedgerStore
+
+Period = Literal["day", "week", "month"]
+PERIOD_DAYS: dict[str, int] = {"day": 1, "week": 7, "month": 30}
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("gpusteward.report", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = fmt
+    env.filters["money"] = lambda v: f"{v:,.2f}"
+    return env
+
+
+def _svg(markup: str) -> Markup:
+    # Trusted: analysis.charts escapes every piece of text it puts into the SVG.
+    return Markup(markup)  # noqa: S704
+
+
+def charts(data: ReportData) -> dict[str, Markup]:
+    """The report's charts as inline SVG."""
+    c = data.currency
+    return {
+        "daily": _svg(
+            bar_chart(
+                [d[5:] for d in data.days],
+                {"waste": data.daily_waste_cost, "saved": data.daily_saved_cost},
+                title=f"Waste and savings per day ({c})",
+                unit=c,
+            )
+        ),
+        "wasters": _svg(
+            hbar_chart(
+                [f"{w.user} ({w.team})" if w.team else w.user for w in data.top_wasters],
+                [w.cost for w in data.top_wasters],
+                title=f"Top wasters ({c})",
+                unit=c,
+            )
+        ),
+        "kinds": _svg(
+            hbar_chart(
+                [k for k, _ in data.by_kind],
+                [v for _, v in data.by_kind],
+                title=f"Waste by kind ({c})",
+                unit=c,
+            )
+        ),
+        "efficiency": _svg(
+            bar_chart(
+                list(BUCKETS),
+                {"GPU-hours": data.efficiency or [0.0] * len(BUCKETS)},
+                title="GPU efficiency: GPU-hours held, by the share of them busy",
+                unit="GPU-h",
+            )
+        ),
+    }
+
+
+def render(data: ReportData, *, links: dict[str, str] | None = None) -> str:
+    """One HTML page. ``links`` maps team name → file of its report (cluster page only)."""
+    template = _env().get_template("report.html.j2")
+    return template.render(data=data, charts=charts(data), links=links or {})
+
+
+def slug(team: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", team).strip("-.") or "team"
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    scope: str
+    path: Path
+
+
+def period_bounds(ledger: LedgerStore, period: Period, end: date | None) -> tuple[date, date]:
+    """[start, end) of the period; without ``end``, the period ends with the ledger's newest day."""
+    if period not in PERIOD_DAYS:
+        raise ConfigError(f"period must be one of {', '.join(PERIOD_DAYS)}, not {period!r}")
+    if end is None:
+        days = ledger.day_range()
+        end = days[1] + timedelta(days=1) if days is not None else date.today() + timedelta(days=1)
+    return end - timedelta(days=PERIOD_DAYS[period]), end
+
+
+def write_reports(
+    store: StateStore, out: Path, *, period: Period, end: date | None, currency: str, rate: str
+) -> list[Written]:
+    """``index.html`` for the cluster and ``team-<name>.html`` per team, into ``out``."""
+    ledger = LedgerStore(store)
+    start, stop = period_bounds(ledger, period, end)
+    cluster = gather(ledger, start, stop, currency=currency, rate=rate)
+    cluster.insights = gather_insights(store, start, stop)
+    out.mkdir(parents=True, exist_ok=True)
+    links = {team: f"team-{slug(team)}.html" for team in cluster.teams}
+    written = [Written("cluster", out / "index.html")]
+    written[0].path.write_text(render(cluster, links=links), encoding="utf-8")
+    for team, name in links.items():
+        data = gather(ledger, start, stop, team=team, currency=currency, rate=rate)
+        data.insights = gather_insights(store, start, stop, team=team)
+        path = out / name
+        path.write_text(render(data), encoding="utf-8")
+        written.append(Written(team, path))
+    return written

@@ -1,0 +1,102 @@
+"""Config → the loop: the integration from the registry, rules, store, window, runner, notifier,
+leadership and the insights and parking steps, put together into a ``Steward``."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+
+from gpusteward.analysis.rules import CompiledRule, RulePack, compile_rules, default_rule_pack, load_rule_pack
+from gpusteward.domain.errors import ConfigError
+from gpusteward.domain.integration import Integration
+from gpusteward.domain.ports import Clock, Notifier, SystemClock
+from gpusteward.notify.throttle import ThrottledNotifier
+from gpusteward.policy.owner import check_calendar
+from gpusteward.runtime.config import Settings
+from gpusteward.runtime.insights import build_insights
+from gpusteward.runtime.loop import Steward
+from gpusteward.runtime.notify_wiring import build_notifier
+from gpusteward.runtime.parking_step import build_parking
+from gpusteward.runtime.registry import build_integration, build_leadership
+from gpusteward.runtime.runner import ActionRunner
+from gpusteward.store.db import StateStore
+from gpusteward.store.window import WindowStore
+
+log = logging.getLogger(__name__)
+
+
+def load_rules(settings: Settings) -> list[CompiledRule]:
+    packs: list[RulePack] = [default_rule_pack()] if settings.rules.use_default_pack else []
+    packs.extend(load_rule_pack(Path(f)) for f in settings.rules.files)
+    rules = [r for pack in packs for r in pack.rules]
+    names = [r.name for r in rules]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"rule names defined twice across rule packs: {', '.join(dupes)}")
+    if not rules:
+        raise ConfigError("no rules: enable the default pack or list rule files under rules.files")
+    return compile_rules(RulePack(rules=rules))
+
+
+def _with_source_channel(integration: Integration, notifier: Notifier) -> Notifier:
+    return integration.wrap_notifier(notifier) if integration.wrap_notifier is not None else notifier
+
+
+def build_steward(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    source_name: str | None = None,
+    notifier: Notifier | None = None,
+    store: StateStore | None = None,
+    integration: Integration | None = None,
+    backfill: bool = True,
+) -> tuple[Steward, Integration]:
+    """Everything the loop needs, from settings. Fills the window from history when the source has one.
+
+    ``integration`` replaces the configured one (a restarted agent watching the same cluster).
+    """
+    guard_clock_jumps = clock is None  # simulated clocks move wall time on purpose
+    clock = clock or SystemClock()
+    rules = load_rules(settings)
+    check_calendar(settings.policy.working_hours)
+    integration = integration or build_integration(settings, clock, source_name)
+    if store is None:
+        store = StateStore(settings.store.url)
+        store.create_schema()
+    interval = settings.tick_seconds
+    window = WindowStore(window_s=settings.store.window_minutes * 60, interval_s=interval)
+    runner = ActionRunner(
+        store,
+        integration.executors,
+        ThrottledNotifier(
+            _with_source_channel(integration, notifier or build_notifier(settings, store)),
+            store,
+            settings.policy.notices,
+        ),
+        clock,
+        dry_run=settings.dry_run,
+        approval=settings.policy.approval,
+    )
+    steward = Steward(
+        source=integration.source,
+        store=store,
+        window=window,
+        rules=rules,
+        runner=runner,
+        clock=clock,
+        policy=settings.policy,
+        prices=settings.cost,
+        stale_after_s=settings.analysis.stale_after_seconds,
+        backoff_max_s=settings.source.backoff_max_seconds,
+    )
+    steward.insights = build_insights(settings, store)
+    steward.parking = build_parking(settings, integration, runner)
+    steward.leadership = build_leadership(settings, store, integration)
+    steward.guard_clock_jumps = guard_clock_jumps
+    if backfill:
+        now = clock.now()
+        start = now - timedelta(minutes=settings.store.window_minutes)
+        steward.backfill(integration.history(start, now, interval))
+    return steward, integration

@@ -1,0 +1,306 @@
+"""Each tick's findings, GPU use and succeeded stops, turned into the daily ledger (``store.ledger``).
+
+* **Waste**: the GPU-hours of every GPU in a finding, from where the finding says the waste
+  began (or where this GPU was last counted, whichever is later) to the tick, priced at the
+  GPU's rate plus, with an electricity price, its measured power draw. Counted per GPU, so two
+  rules tripping on one GPU count its time once; marks in the database keep it exact across
+  restarts.
+* **Savings**: a succeeded stop (L2 and above) is credited with its GPUs from the stop until
+  ``savings_end`` says the workload would have ended: by default ``cost.savings_horizon_hours``
+  later (an estimate, the live loop cannot know); a backtest passes what the trace shows.
+* **Use**: per workload and day, the GPU-hours held and the utilisation-weighted busy GPU-hours
+  of the samples the source had (efficiency), and the GPUs an advice rule found idle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpusteward.analysis.cost import PriceTable
+from gpusteward.domain.models import (
+    ActionStatus,
+    Finding,
+    Gpu,
+    Level,
+    Observation,
+    Owner,
+    RuleAction,
+    Workload,
+)
+from gpusteward.runtime.runner import ActionResult
+from gpusteward.store.db import StateStore
+from gpusteward.store.ledger import DailyAmounts, DailyKey, LedgerStore, Mark, UsageAmounts, UsageKey, day_key
+
+log = logging.getLogger(__name__)
+
+#: When the stopped workload would have ended (None: nothing saved), given it and the stop time.
+SavingsEnd = Callable[[Workload, datetime], datetime | None]
+
+_WASTE = "waste:"
+_SAVED = "saved:"
+#: A finished savings mark is kept this long, so a later step on the same stop is not credited again.
+_KEEP_DONE = timedelta(days=7)
+_NOBODY = Owner("(unallocated)")
+
+
+def split_days(start: datetime, end: datetime) -> list[tuple[str, float]]:
+    """Hours of [start, end) in each UTC day, as (YYYY-MM-DD, hours)."""
+    out = []
+    t = start
+    while t < end:
+        midnight = datetime(t.year, t.month, t.day, tzinfo=t.tzinfo) + timedelta(days=1)
+        upto = min(end, midnight)
+        out.append((day_key(t), (upto - t).total_seconds() / 3600))
+        t = upto
+    return out
+
+
+class LedgerRecorder:
+    """Accumulates ledger amounts in memory and adds them to the database every ``flush_every_s``
+    (0: every tick). If a flush fails, the amounts wait for the next one."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        prices: PriceTable,
+        *,
+        flush_every_s: float = 0.0,
+        max_gap_s: float = 900.0,
+        savings_end: SavingsEnd | None = None,
+    ) -> None:
+        self.ledger = LedgerStore(store)
+        self.store = store
+        self.prices = prices
+        self.flush_every_s = flush_every_s
+        #: The longest time between two ticks counted as use (an agent that was down saw nothing).
+        self.max_gap_s = max_gap_s
+        self.savings_end: SavingsEnd = savings_end or self._horizon
+        self._loaded = False
+        #: Waste counted per GPU up to this time.
+        self._waste_until: dict[str, datetime] = {}
+        #: Stops still accruing savings: key → (counted until, ends, what for).
+        self._active: dict[str, tuple[datetime, datetime, dict[str, Any]]] = {}
+        #: Stops done accruing, kept a while so a later step is not credited again: key → ends.
+        self._done: dict[str, datetime] = {}
+        self._dirty: set[str] = set()
+        # Pending amounts as plain lists (one tick adds thousands): see _DAILY / _flush_usage.
+        self._daily: dict[DailyKey, list[float]] = {}
+        self._usage: dict[tuple[str, str], list[Any]] = {}
+        self._kinds: dict[str, str] = {}
+        self._prev_at: datetime | None = None
+        self._flushed_at: datetime | None = None
+
+    def _horizon(self, workload: Workload, at: datetime) -> datetime | None:
+        hours = self.prices.savings_horizon_hours
+        return at + timedelta(hours=hours) if hours > 0 else None
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        for key, m in self.ledger.marks().items():
+            if key.startswith(_WASTE):
+                self._waste_until[key[len(_WASTE) :]] = m.until
+            elif key.startswith(_SAVED):
+                ends = datetime.fromisoformat(str(m.data["ends"]))
+                if m.until < ends:
+                    self._active[key] = (m.until, ends, dict(m.data))
+                else:
+                    self._done[key] = ends
+        self._loaded = True
+
+    def _bump(self, key: DailyKey, amounts: tuple[float, float, float, float, float, float]) -> None:
+        acc = self._daily.get(key)
+        if acc is None:
+            self._daily[key] = list(amounts)
+        else:
+            for i, v in enumerate(amounts):
+                acc[i] += v
+
+    # -- one tick -----------------------------------------------------------------------------
+    def record(
+        self,
+        now: datetime,
+        obs: Observation | None,
+        workloads: Mapping[str, Workload],
+        findings: Sequence[Finding],
+        actions: Sequence[ActionResult],
+        gpus: Mapping[str, Gpu],
+    ) -> None:
+        self._load()
+        power = {s.gpu_uuid: s.power_w for s in obs.samples if s.power_w is not None} if obs else {}
+        self._waste(findings, workloads, gpus, power)
+        self._stops(now, actions, workloads, gpus, power)
+        self._accrue(now)
+        if obs is not None:
+            self._use(now, obs, workloads, findings)
+        self._prev_at = now
+        due = self._flushed_at is None or (now - self._flushed_at).total_seconds() >= self.flush_every_s
+        if due or day_key(now) != day_key(self._flushed_at or now):
+            self.flush(now)
+
+    def _price(self, uuid: str, gpus: Mapping[str, Gpu]) -> float:
+        gpu = gpus.get(uuid)
+        if gpu is None:
+            return self.prices.default_per_hour
+        return gpu.price_per_hour if gpu.price_per_hour > 0 else self.prices.price_for(gpu.model)
+
+    def _waste(
+        self,
+        findings: Sequence[Finding],
+        workloads: Mapping[str, Workload],
+        gpus: Mapping[str, Gpu],
+        power: Mapping[str, float],
+    ) -> None:
+        until = self._waste_until
+        # Reclaim findings first: a GPU in both a reclaim and an advice finding is the former's.
+        for f in sorted(
+            findings, key=lambda f: (f.action is not RuleAction.RECLAIM, f.rule, f.workload_id or "")
+        ):
+            self._kinds[f.rule] = f.kind
+            w = workloads.get(f.workload_id or "")
+            owner = w.owner if w is not None else _NOBODY
+            began = f.at - timedelta(minutes=max(0.0, f.wasted_minutes))
+            for uuid in f.gpu_uuids:
+                prev = until.get(uuid)
+                start = began if prev is None or prev < began else prev
+                if f.at <= start:
+                    continue
+                price, watts = self._price(uuid, gpus), power.get(uuid)
+                for day, hours in split_days(start, f.at):
+                    kwh = watts / 1000 * hours if watts is not None else 0.0
+                    cost = hours * price + self.prices.energy_cost(kwh)
+                    key = DailyKey(day, self.prices.currency, owner.user, owner.team, f.kind)
+                    self._bump(key, (hours, cost, kwh, 0.0, 0.0, 0.0))
+                until[uuid] = f.at
+                self._dirty.add(_WASTE + uuid)
+
+    def _stops(
+        self,
+        now: datetime,
+        actions: Sequence[ActionResult],
+        workloads: Mapping[str, Workload],
+        gpus: Mapping[str, Gpu],
+        power: Mapping[str, float],
+    ) -> None:
+        for r in actions:
+            d = r.decision
+            if r.status is not ActionStatus.SUCCEEDED or d.level < Level.GRACEFUL_STOP:
+                continue
+            # A two-phase stop succeeds at its follow-up, often after the workload has left the
+            # source (it ended on the checkpoint signal): credit it from its stored snapshot.
+            w = workloads.get(d.workload_id)
+            if w is None:
+                rec = self.store.workload_info(d.workload_id)
+                if rec is None:
+                    continue
+                w = rec.to_workload()
+            key = f"{_SAVED}{w.id}:{w.incarnation}"
+            if key in self._active or key in self._done:
+                continue  # a force after a graceful stop frees the same GPUs once
+            kind = self._kinds.get(d.rule, d.rule or "stop")
+            day = DailyKey(day_key(now), self.prices.currency, w.owner.user, w.owner.team, kind)
+            self._bump(day, (0.0, 0.0, 0.0, 0.0, 0.0, 1.0))
+            end = self.savings_end(w, now) or now
+            watts = [power[u] for u in w.gpu_uuids if u in power]
+            data = {
+                "user": w.owner.user,
+                "team": w.owner.team,
+                "kind": kind,
+                "gpus": len(w.gpu_uuids),
+                "price": sum(self._price(u, gpus) for u in w.gpu_uuids),
+                "kw": sum(watts) / 1000 if watts else None,
+                "ends": end.isoformat(),
+            }
+            if end > now:
+                self._active[key] = (now, end, data)
+            else:
+                self._done[key] = end
+            self._dirty.add(key)
+
+    def _accrue(self, now: datetime) -> None:
+        for key in sorted(self._active):
+            since, ends, data = self._active[key]
+            upto = min(now, ends)
+            if upto <= since:
+                continue
+            kw = data.get("kw")
+            for day, hours in split_days(since, upto):
+                kwh = float(kw) * hours if kw is not None else 0.0
+                gpu_hours = hours * int(data["gpus"])
+                cost = hours * float(data["price"]) + self.prices.energy_cost(kwh)
+                k = DailyKey(
+                    day, self.prices.currency, str(data["user"]), str(data["team"]), str(data["kind"])
+                )
+                self._bump(k, (0.0, 0.0, 0.0, gpu_hours, cost, 0.0))
+            self._dirty.add(key)
+            if upto >= ends:
+                del self._active[key]
+                self._done[key] = ends
+            else:
+                self._active[key] = (upto, ends, data)
+
+    def _use(
+        self, now: datetime, obs: Observation, workloads: Mapping[str, Workload], findings: Sequence[Finding]
+    ) -> None:
+        if self._prev_at is None:
+            return
+        hours = min(max(0.0, (now - self._prev_at).total_seconds()), self.max_gap_s) / 3600
+        if hours <= 0:
+            return
+        prev = self._prev_at
+        fresh = {
+            s.gpu_uuid: s.gpu_util_pct for s in obs.samples if s.gpu_util_pct is not None and s.at > prev
+        }
+        idle: dict[str, int] = {}
+        for f in findings:
+            # Only over-provisioning advice names idle GPUs (anomalies and other advice name all).
+            if f.action is RuleAction.ADVISE and f.workload_id and f.kind == "overprovisioned":
+                idle[f.workload_id] = max(idle.get(f.workload_id, 0), len(f.gpu_uuids))
+        day = day_key(now)
+        for w in workloads.values():
+            utils = [u for u in map(fresh.get, w.gpu_uuids) if u is not None]
+            if not utils:
+                continue  # no data this tick is not idleness, nor use
+            busy = sum(min(100.0, u) for u in utils) / 100 * hours
+            acc = self._usage.get((day, w.id))
+            if acc is None:
+                acc = self._usage[(day, w.id)] = [w.owner.user, w.owner.team, 0, 0, 0.0, 0.0, 0]
+            acc[2] = max(acc[2], w.gpus_requested)
+            acc[3] = max(acc[3], len(w.gpu_uuids))
+            acc[4] += len(utils) * hours
+            acc[5] += busy
+            acc[6] = max(acc[6], idle.get(w.id, 0))
+
+    def _marks(self) -> tuple[list[Mark], set[str]]:
+        """The dirty marks to save, and the finished ones old enough to forget."""
+        saved = []
+        for key in sorted(self._dirty):
+            if key.startswith(_WASTE):
+                saved.append(Mark(key, self._waste_until[key[len(_WASTE) :]]))
+            elif key in self._active:
+                since, _, data = self._active[key]
+                saved.append(Mark(key, since, data))
+            elif key in self._done:
+                saved.append(Mark(key, self._done[key], {"ends": self._done[key].isoformat()}))
+        horizon = (self._prev_at or datetime.now(tz=UTC)) - _KEEP_DONE
+        old = {k for k, ends in self._done.items() if ends < horizon}
+        return [m for m in saved if m.key not in old], old
+
+    def flush(self, now: datetime | None = None, *, until: datetime | None = None) -> None:
+        """Add what is pending to the database. ``until`` first accrues savings up to then (the
+        end of a backtest)."""
+        self._load()
+        if until is not None:
+            self._accrue(until)
+        marks, old = self._marks()
+        daily = {k: DailyAmounts(v[0], v[1], v[2], v[3], v[4], int(v[5])) for k, v in self._daily.items()}
+        usage = {UsageKey(day, wid): UsageAmounts(*acc) for (day, wid), acc in self._usage.items()}
+        self.ledger.add(daily, usage, marks, old)
+        for k in old:
+            del self._done[k]
+        self._daily, self._usage = {}, {}
+        self._dirty = set()
+        self._flushed_at = now or until or self._prev_at

@@ -1,1 +1,0 @@
-"""``gpusteward run``'s HTTP side: ``serve`` (thread + loop), ``app`` (routes), ``alerts`` (payload)."""

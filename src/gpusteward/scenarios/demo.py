@@ -1,0 +1,149 @@
+"""The demo: the whole loop on the simulated cluster, scored against its ground truth."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from gpusteward.domain.models import Action, Level
+from gpusteward.integrations.sim import DEFAULT_START, SimClock, SimCluster
+from gpusteward.integrations.sim.records import Score, Truth
+from gpusteward.integrations.sim.settings import SimSourceSettings
+from gpusteward.notify import MemoryNotifier
+from gpusteward.runtime.build import build_steward
+from gpusteward.runtime.config import Settings, SourceSettings, StoreSettings
+from gpusteward.store.db import StateStore
+
+#: A workload wasteful for at least this long inside the period must have been stopped:
+#: detection (30 min) + ladder to the graceful stop (30 min) + margin.
+MISSED_AFTER = timedelta(minutes=90)
+
+
+@dataclass
+class DemoResult:
+    """The demo's outcome: the agent's record and the simulator's score of it."""
+
+    gpus: int
+    hours: float
+    workloads: int
+    currency: str
+    price_per_gpu_hour: float
+    findings: list[dict[str, Any]]
+    actions_by_level: dict[str, int]
+    stops: list[Action]
+    score: Score
+    truths: tuple[Truth, ...]
+    missed_workloads: list[str]
+    protected_untouched: bool
+    notices: int
+
+    def summary(self) -> dict[str, Any]:
+        s = self.score
+        return {
+            "gpus": self.gpus,
+            "hours": self.hours,
+            "workloads": self.workloads,
+            "findings": len(self.findings),
+            "findings_by_rule": _count(f["rule"] for f in self.findings),
+            "actions_by_level": self.actions_by_level,
+            "notices": self.notices,
+            "waste_gpu_hours": round(s.waste_gpu_hours, 2),
+            "reclaimed_gpu_hours": round(s.reclaimed_gpu_hours, 2),
+            "cost_saved": round(s.reclaimed_gpu_hours * self.price_per_gpu_hour, 2),
+            "currency": self.currency,
+            "false_actions": len(s.false_stops),
+            "false_action_workloads": list(s.false_stops),
+            "protected_untouched": self.protected_untouched,
+            "missed_workloads": self.missed_workloads,
+        }
+
+
+def _count(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in items:
+        out[i] = out.get(i, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def run_demo(
+    *,
+    hours: float = 24.0,
+    nodes: int = 8,
+    gpus_per_node: int = 8,
+    seed: int = 42,
+    tick_seconds: float = 60.0,
+    settings: Settings | None = None,
+    on_tick: Callable[[int], None] | None = None,
+    state_dir: Path | None = None,
+) -> DemoResult:
+    """Simulate ``hours`` of a cluster with gpusteward in enforce mode against the simulator."""
+    with tempfile.TemporaryDirectory(prefix="gpusteward-demo-") as tmp:
+        folder = state_dir or Path(tmp)
+        base = settings or Settings()
+        settings = base.model_copy(
+            update={
+                "mode": "enforce",
+                "tick_seconds": tick_seconds,
+                "source": SourceSettings(
+                    name="sim",
+                    sim=SimSourceSettings(
+                        nodes=nodes, gpus_per_node=gpus_per_node, seed=seed, history_hours=0
+                    ),
+                ),
+                "store": StoreSettings(url=f"sqlite:///{folder / 'demo.db'}"),
+            }
+        )
+        clock = SimClock(DEFAULT_START)
+        notifier = MemoryNotifier()
+        steward, integration = build_steward(settings, clock=clock, notifier=notifier)
+        cluster = integration.ground_truth
+        assert isinstance(cluster, SimCluster), "the demo runs on the sim integration"
+        total = max(1, int(hours * 3600 / tick_seconds))
+        for i in range(total):
+            steward.tick()
+            clock.advance(tick_seconds)
+            if on_tick is not None:
+                on_tick(i + 1)
+        result = _score(steward.store, cluster, settings, hours, clock.now())
+        result.notices = len(notifier.sent)
+        steward.store.close()
+        return result
+
+
+def _score(
+    store: StateStore, cluster: SimCluster, settings: Settings, hours: float, until: Any
+) -> DemoResult:
+    score = cluster.score(until)
+    actions = store.actions(limit=1_000_000)
+    stops = [a for a in actions if a.level >= Level.GRACEFUL_STOP]
+    stopped = {a.workload_id for a in stops}
+    truths = cluster.truths()
+    missed = sorted(
+        t.workload_id
+        for t in truths
+        if t.wasteful_from is not None
+        and not t.protected
+        and t.workload_id not in stopped
+        and min(until, t.planned_end) - t.wasteful_from >= MISSED_AFTER
+    )
+    protected = {t.workload_id for t in truths if t.protected}
+    price = settings.cost.price_for(cluster.gpus[0].model)
+    return DemoResult(
+        gpus=len(cluster.gpus),
+        hours=hours,
+        workloads=len(truths),
+        currency=settings.cost.currency,
+        price_per_gpu_hour=price,
+        findings=[e.to_dict() for e in store.all_findings()],
+        actions_by_level=_count(a.level.label for a in actions),
+        stops=sorted(stops, key=lambda a: a.created_at),
+        score=score,
+        truths=truths,
+        missed_workloads=missed,
+        protected_untouched=not (protected & stopped) and not score.protected_stops,
+        notices=0,
+    )
