@@ -77,10 +77,10 @@ def test_restore_help_teaches() -> None:
 def test_the_registry_builds_the_kubernetes_source_from_a_kubeconfig(tmp_path: Path, server: Any) -> None:
     from gpusteward.integrations.kubernetes.executor import KubernetesExecutor
     from gpusteward.integrations.sim import SimClock
-    from gpusteward.runtime.build import SOURCES, build_integration
+    from gpusteward.runtime.registry import REGISTRY, build_integration
     from gpusteward.runtime.config import load_settings
 
-    assert "kubernetes" in SOURCES
+    assert "kubernetes" in REGISTRY
     settings = load_settings(config_for(tmp_path, server.url))
     integration = build_integration(settings, SimClock(datetime.now(UTC)))
     try:
@@ -88,5 +88,9 @@ def test_the_registry_builds_the_kubernetes_source_from_a_kubeconfig(tmp_path: P
         assert isinstance(integration.executors[0], KubernetesExecutor)
         assert integration.wrap_notifier is not None
         assert integration.source.metrics.name == "prometheus"  # type: ignore[attr-defined]
+        # L4 parts come from the same integration, over its one API client.
+        assert integration.node_control is not None
+        assert integration.pool_scaler is not None
+        assert integration.node_control.api is integration.source.api  # type: ignore[attr-defined]
     finally:
         integration.source.close()

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, tzinfo
 
 from gpusteward.domain.nodes import PARK_REASON_PREFIX, NodeState
-from gpusteward.integrations.slurm.runner import SlurmCommandFailed, SlurmRunner
+from gpusteward.integrations.slurm.commands import SlurmCommandFailed, SlurmRunner
 
 _NAME = re.compile(r"(?:^|\s)NodeName=(\S+)")
 _STATE = re.compile(r"(?:^|\s)State=(\S+)")
