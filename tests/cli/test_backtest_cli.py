@@ -76,6 +76,8 @@ def test_policies_side_by_side_with_actions_csv_and_a_report(env: Path, short_tr
         "--state",
         state,
         "--json",
+        "--busy-pct",  # the scripted zombie idles at exactly 1 %: score from 2 %
+        "2",
     )
     assert code == 0, out
     results = json.loads(out[out.index("{") :])["policies"]
@@ -108,8 +110,16 @@ def test_policies_side_by_side_with_actions_csv_and_a_report(env: Path, short_tr
 def test_backtest_table(env: Path, short_trace: Path) -> None:
     code, out = invoke("backtest", "-t", short_trace, "-p", POLICIES / "naive.yaml")
     assert code == 0, out
-    assert "regrets (stopped, then busy again)" in out
-    assert "naive: regrets on pause-1" in out
+    assert "regrets (false kills)" in out
+    assert "lenient regrets (busy >= 10 % for 5 min)" in out
+    # By default 10 samples at 1 % within 6 h make a false kill: the zombie's 1 % counts.
+    assert "naive: regrets on pause-1, zombie-1" in out
+
+
+def test_backtest_rejects_a_bad_horizon(env: Path, short_trace: Path) -> None:
+    code, out = invoke("backtest", "-t", short_trace, "--horizon", "soon")
+    assert code != 0
+    assert "--horizon" in out
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from gpusteward.scenarios.backtest import (
     policy_settings,
     run_backtest,
 )
+from gpusteward.scenarios.scoring import Scoring
 
 out = Console(soft_wrap=True)
 
@@ -41,7 +42,9 @@ ROWS = (
     ("reclaimed_gpu_hours", "reclaimed (GPU-h)"),
     ("cost_saved", "saved"),
     ("stops", "workloads stopped"),
-    ("regrets", "regrets (stopped, then busy again)"),
+    ("regrets", "regrets (false kills)"),
+    ("lenient_regrets", "lenient regrets (busy >= 10 % for 5 min)"),
+    ("oracle_gpu_hours", "hindsight oracle (GPU-h)"),
     ("detection_latency_p50_min", "detection latency p50 (min)"),
     ("stop_latency_p50_min", "idle-to-stop p50 (min)"),
     ("notices", "notices"),
@@ -81,6 +84,19 @@ def _trace(
         fail(f"--from and --to are needed to backtest the {source} source over its history")
     step = tick_seconds or settings.tick_seconds
     return history_trace(settings, source, _when(start, "--from"), _when(end, "--to"), step)
+
+
+def _horizon_s(value: str) -> float:
+    """``6h``, ``90m``, ``3600s`` or plain seconds."""
+    text = value.strip().lower()
+    unit = {"h": 3600.0, "m": 60.0, "s": 1.0}.get(text[-1:])
+    try:
+        seconds = float(text[:-1]) * unit if unit is not None else float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        fail(f"--horizon: a positive duration such as 6h or 90m, not {value!r}")
+    return seconds
 
 
 def _policies(settings: Settings, files: Sequence[Path]) -> list[tuple[str, Settings]]:
@@ -236,13 +252,32 @@ def backtest(
         bool,
         typer.Option("--json", help='Print one JSON object (with several policies: {"policies": [...]}).'),
     ] = False,
+    busy_pct: Annotated[
+        float,
+        typer.Option(
+            "--busy-pct", min=0.0, max=100.0, help="A sample at this utilisation (%) or more is busy."
+        ),
+    ] = 1.0,
+    busy_samples: Annotated[
+        int,
+        typer.Option(
+            "--busy-samples",
+            min=1,
+            help="Busy samples within --horizon after a stop that make it a false kill.",
+        ),
+    ] = 10,
+    horizon: Annotated[
+        str, typer.Option("--horizon", help="How far after a stop to look for busy samples (6h, 90m).")
+    ] = "6h",
 ) -> None:
     """Replay a history through the policy, enforcing against a simulated cluster, and judge it.
 
     Reports the waste in the history, the GPU-hours and money the stops would have reclaimed,
-    actions by level, and regrets: stops of workloads the trace shows busy again (at least 10 %
-    for at least 5 min) afterwards, the false kills the policy would have made. Nothing real is touched.
+    actions by level, and regrets: stops of workloads the trace shows busy again afterwards
+    (at least --busy-samples samples at --busy-pct or more within --horizon), the false kills
+    the policy would have made. Nothing real is touched.
     """
+    scoring = Scoring(busy_pct=busy_pct, busy_samples=busy_samples, horizon_s=_horizon_s(horizon))
     with exit_on_errors():
         settings = load_settings(config)
         if fmt is not None and fmt not in get_args(TraceFormat):
@@ -255,7 +290,13 @@ def backtest(
                 url = _state_url(state, name, len(policies) > 1)
                 results.append(
                     run_backtest(
-                        history, cfg, policy=name, tick_s=tick_seconds, state_url=url, on_tick=task(name)
+                        history,
+                        cfg,
+                        policy=name,
+                        tick_s=tick_seconds,
+                        state_url=url,
+                        on_tick=task(name),
+                        scoring=scoring,
                     )
                 )
     if actions_csv is not None:

@@ -2,12 +2,13 @@
 
 The very loop the agent runs (``build_steward`` → ``Steward.tick``) steps through the trace on
 a ``SimClock``; a stop releases the workload in the replay (its samples are gone from then on).
-Each stop is then judged against what the trace shows happened next:
+Each stop is then judged against what the trace shows happened next (``scoring.py``):
 
-* a **regret** is a stop (L2+) of a workload whose GPUs the trace shows busy again (at least
-  10 % for at least 5 minutes) after the stop: a false kill;
-* **reclaimed** GPU-hours run from the stop to the workload's end in the trace, for stops that
-  are not regrets (the workload stayed idle);
+* a **regret** (false kill) is a stop (L2+) of a workload the trace shows busy again: by
+  default at least 10 samples at 1 % or more within 6 hours after the stop;
+* a **lenient regret** is the older, looser count: busy at 10 % for 5 minutes after the stop;
+* **reclaimed** GPU-hours run from the stop to the workload's last sample, for stops that are
+  not regrets; a workload counts once, at its first stop;
 * **waste** is what the trace shows, whatever the policy: GPU-hours held under 10 % utilisation;
 * **detection latency** runs from when all of a workload's GPUs went idle (in the trace) to the
   first reclaim finding on it.
@@ -37,10 +38,11 @@ from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.ledger_recorder import LedgerRecorder
 from gpusteward.runtime.registry import build_integration
+from gpusteward.scenarios.scoring import DEFAULT_SCORING, Scorer, Scoring
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import LedgerStore
 
-#: A stopped workload busy again for this long is a regret.
+#: The lenient count: a stopped workload busy again (>= 10 %) for this long.
 REGRET_BUSY_S = 300.0
 #: Columns of ``--actions-csv``: the first five are the contract, the rest context.
 ACTION_COLUMNS = ("time", "workload", "gpu", "level", "rule", "step", "status")
@@ -61,15 +63,20 @@ class CountingNotifier:
 @dataclass(frozen=True, slots=True)
 class JudgedStop:
     stop: Stop
-    #: Trace time the workload was busy again (a regret), else None.
+    #: Trace time the workload was busy again at 10 % for 5 min (a lenient regret), else None.
     busy_again_t: float | None
+    #: The workload's last sample in the trace.
     end_t: float
     reclaimed_gpu_hours: float
     #: Minutes from when all its GPUs went idle to the stop.
     latency_min: float
+    #: Busy samples within the scoring horizon after the stop.
+    busy_after: int = 0
+    #: A false kill under the scoring contract.
+    regret: bool = False
 
     @property
-    def regret(self) -> bool:
+    def lenient_regret(self) -> bool:
         return self.busy_again_t is not None
 
 
@@ -135,11 +142,13 @@ def run_backtest(
     tick_s: float | None = None,
     state_url: str | None = None,
     on_tick: Callable[[float], None] | None = None,
+    scoring: Scoring = DEFAULT_SCORING,
 ) -> BacktestResult:
     """Run ``settings``' policy over ``trace`` in enforce mode against the replay.
 
     ``tick_s`` defaults to the trace's sampling interval; ``state_url`` keeps the state and
-    ledger (a temporary SQLite file otherwise); ``on_tick(share_done)`` reports progress.
+    ledger (a temporary SQLite file otherwise); ``on_tick(share_done)`` reports progress;
+    ``scoring`` says what makes a stop a false kill.
     """
     tick = float(tick_s or max(1.0, trace.interval_s))
     with _state(state_url) as url:
@@ -150,7 +159,7 @@ def run_backtest(
         store = StateStore(url)
         try:
             store.create_schema()
-            return _run(trace, cfg, policy, tick, source, executor, store, on_tick)
+            return _run(trace, cfg, policy, tick, source, executor, store, on_tick, Scorer(trace, scoring))
         finally:
             store.close()
 
@@ -164,6 +173,7 @@ def _run(
     executor: ReplayExecutor,
     store: StateStore,
     on_tick: Callable[[float], None] | None,
+    scorer: Scorer,
 ) -> BacktestResult:
     index = {w.id: i for i, w in enumerate(trace.workloads)}
     busy_cache: dict[tuple[int, float], float | None] = {}
@@ -176,9 +186,9 @@ def _run(
     def savings_end(w: Workload, at: datetime) -> datetime | None:
         i = source.index_of(w)
         t = source.trace_time(at)
-        if i is None or busy_again(i, t) is not None:
+        if i is None or scorer.false_kill(i, t):
             return None  # a false kill saves nothing
-        return utc(trace.end_of(i) + source.offset_s)
+        return utc(scorer.last_sample(i) + source.offset_s)
 
     clock = SimClock(utc(trace.start))
     notifier = CountingNotifier()
@@ -213,21 +223,30 @@ def _run(
         if on_tick is not None:
             on_tick(min(1.0, (t - trace.start) / span))
     ledger.flush(until=utc(trace.end))
-    judged = [_judge(trace, s, busy_again(s.index, s.at_t)) for s in executor.stops]
+    first: dict[int, Stop] = {}
+    for s in executor.stops:
+        first.setdefault(s.index, s)  # a workload counts once, at its first stop
+    judged = [_judge(trace, scorer, s, busy_again(s.index, s.at_t)) for s in first.values()]
     return BacktestResult(
         policy,
-        _summary(trace, cfg, policy, tick, store, judged, latencies, notifier),
+        _summary(trace, cfg, policy, tick, store, judged, latencies, notifier, scorer),
         store.actions(limit=10**9),
         judged,
     )
 
 
-def _judge(trace: Trace, stop: Stop, busy_t: float | None) -> JudgedStop:
-    end = trace.end_of(stop.index)
-    gpus = len(trace.workloads[stop.index].gpus)
-    reclaimed = 0.0 if busy_t is not None else max(0.0, end - stop.at_t) / 3600 * gpus
-    latency = (stop.at_t - trace.idle_since(stop.index, stop.at_t)) / 60
-    return JudgedStop(stop, busy_t, end, reclaimed, latency)
+def _judge(trace: Trace, scorer: Scorer, stop: Stop, busy_t: float | None) -> JudgedStop:
+    i, at = stop.index, stop.at_t
+    latency = (at - trace.idle_since(i, at)) / 60
+    return JudgedStop(
+        stop,
+        busy_t,
+        scorer.last_sample(i),
+        scorer.reclaimed_gpu_hours(i, at),
+        latency,
+        busy_after=scorer.busy_after(i, at),
+        regret=scorer.false_kill(i, at),
+    )
 
 
 def _summary(
@@ -239,6 +258,7 @@ def _summary(
     judged: list[JudgedStop],
     latencies: list[float],
     notifier: CountingNotifier,
+    scorer: Scorer,
 ) -> dict[str, Any]:
     ledger = LedgerStore(store)
     days = ledger.day_range()
@@ -262,6 +282,9 @@ def _summary(
         "stops": len(judged),
         "regrets": len(regrets),
         "regret_workloads": sorted(j.stop.workload_id for j in regrets),
+        "regret_rule": scorer.scoring.describe(),
+        "lenient_regrets": sum(j.lenient_regret for j in judged),
+        "oracle_gpu_hours": round(scorer.oracle_gpu_hours(), 2),
         "detection_latency_p50_min": _p50(latencies),
         "stop_latency_p50_min": _p50([j.latency_min for j in judged]),
         "notices": notifier.sent,
