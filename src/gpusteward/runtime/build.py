@@ -91,7 +91,7 @@ def build_steward(
         stale_after_s=settings.analysis.stale_after_seconds,
         backoff_max_s=settings.source.backoff_max_seconds,
     )
-    steward.insights = build_insights(settings, store)
+    steward.insights = build_insights(settings, store, integration)
     steward.parking = build_parking(settings, integration, runner)
     steward.leadership = build_leadership(settings, store, integration)
     steward.guard_clock_jumps = guard_clock_jumps

@@ -38,6 +38,7 @@ from gpusteward.store.ledger import LedgerStore, Mark
 from gpusteward.store.window import WindowView
 
 if TYPE_CHECKING:
+    from gpusteward.domain.integration import Integration
     from gpusteward.runtime.config import Settings
     from gpusteward.runtime.loop import Steward
 
@@ -104,6 +105,9 @@ class Lifetimes:
         for gone in set(self._lives) - alive:
             del self._lives[gone]
             self._gone.add(gone)
+
+    def save_due(self, now: datetime) -> None:
+        """Save when ``save_every_s`` has passed: the leader's part (a follower only counts)."""
         if self._saved is None or (now - self._saved).total_seconds() >= self.save_every_s:
             self.save(now)
 
@@ -168,6 +172,7 @@ class Insights:
     notes: list[str] = field(default_factory=list)
     _cache: tuple[Finding, ...] = ()
     _last_run: datetime | None = None
+    _demand: dict[str, float] = field(default_factory=dict)
 
     def __call__(self, steward: Steward, now: datetime, analysis: AnalysisResult) -> AnalysisResult:
         try:
@@ -255,12 +260,22 @@ class Insights:
                 {p.name: got[p.name] for p in tide.settings.pools if p.demand == measure and p.name in got}
             )
         tide.observe(now, demand)
-        if tide.due(now):
-            for o in tide.step(now, demand):
+        self._demand = demand
+
+    def lead(self, now: datetime) -> None:
+        """The leader's part, after the leader gate: scale the pools when due, save the lifetimes."""
+        try:
+            self.lifetimes.save_due(now)
+            tide = self.tide
+            if tide is None or not tide.due(now):
+                return
+            for o in tide.step(now, self._demand):
                 if o.status == "unavailable":
                     self._note(o.detail)
                 elif o.status in ("scaled", "planned", "failed"):
                     log.info("tide %s: %s", o.pool, o.detail)
+        except Exception:
+            log.exception("tide step failed; the tick goes on")
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
@@ -268,11 +283,14 @@ class Insights:
             log.warning("%s", text)
 
 
-def build_insights(settings: Settings, store: StateStore | None) -> Insights | None:
+def build_insights(
+    settings: Settings, store: StateStore | None, integration: Integration | None = None
+) -> Insights | None:
     """The hook for ``settings`` (None when both insights and forecasting are off)."""
     tide = None
     if settings.forecast.enabled and settings.forecast.pools:
-        tide = TideStep(settings.forecast, build_scalers(settings), store, dry_run=settings.dry_run)
+        scalers = build_scalers(settings, integration)
+        tide = TideStep(settings.forecast, scalers, store, dry_run=settings.dry_run)
     if not settings.insights.enabled and tide is None:
         return None
     return Insights(

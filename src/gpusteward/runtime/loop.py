@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from gpusteward.analysis.cost import PriceTable
 from gpusteward.analysis.engine import AnalysisInput, AnalysisResult, analyse
 from gpusteward.analysis.rules import CompiledRule
-from gpusteward.domain.errors import SourceError, StoreError
+from gpusteward.domain.errors import ConfigError, SourceError, StoreError
 from gpusteward.domain.models import (
     Action,
     Decision,
@@ -44,6 +44,7 @@ from gpusteward.domain.ports import Clock, Leadership, Source
 from gpusteward.policy import PolicyInput, PolicySettings, decide
 from gpusteward.policy.owner import ApprovalView, SnoozeView
 from gpusteward.runtime.followup import follow_up
+from gpusteward.runtime.insights import Insights
 from gpusteward.runtime.ledger_recorder import LedgerRecorder
 from gpusteward.runtime.reconcile import Judgement, Reconciler
 from gpusteward.runtime.runner import ActionResult, ActionRunner
@@ -100,7 +101,7 @@ class Steward:
     #: The daily waste and savings ledger (runtime/ledger.py); one is made when None is given.
     ledger: LedgerRecorder | None = None
     #: Adds findings after the rules (anomalies, advice, the tide): runtime/insights.py.
-    insights: Callable[[Steward, datetime, AnalysisResult], AnalysisResult] | None = None
+    insights: Insights | None = None
     #: L4 parking of idle nodes, run by the leader after the actions: runtime/parking.py.
     parking: Callable[[Steward, datetime], Sequence[ActionResult]] | None = None
     #: Who may act when two replicas run (None: this one always does).
@@ -192,6 +193,9 @@ class Steward:
         )
         if not leader:
             return report
+        # Past the leader gate: only now may anything change (the tide scales pools here).
+        if self.insights is not None:
+            self.insights.lead(now)
         if jump_s:
             self._rebase_ladders(jump_s, now)
         wasting = {
@@ -479,6 +483,8 @@ def run_forever(
             if on_tick is not None:
                 on_tick(steward, report, steward.clock.monotonic() - started)
             failures = 0
+        except ConfigError:
+            raise  # the settings cannot work (a window too large for memory): retrying cannot help
         except Exception:
             # A tick that fails as a whole (the database is down, say): no action ran without its
             # record; retry after 2, 4, 8 … intervals, at most backoff_max_s.

@@ -29,6 +29,7 @@ from gpusteward.runtime.insights_settings import ForecastSettings, PoolSettings
 from gpusteward.store.db import StateStore
 
 if TYPE_CHECKING:
+    from gpusteward.domain.integration import Integration
     from gpusteward.runtime.config import Settings
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,8 @@ log = logging.getLogger(__name__)
 
 def _kubernetes(settings: Settings, pools: list[PoolSettings]) -> PoolScaler:
     """Deployments and StatefulSets, pools named ``<namespace>/deployment/<name>``, through the
-    scale subresource (execution/kubernetes). Imported here: the Kubernetes client is an extra."""
+    scale subresource, for a loop whose source is another system (with the kubernetes source the
+    integration's own scaler is used). Imported here: the Kubernetes client is an extra."""
     from gpusteward.integrations.kubernetes.build import kube_api
     from gpusteward.integrations.kubernetes.pool_scaler import KubernetesPoolScaler
 
@@ -216,13 +218,17 @@ class TideStep:
             log.exception("tide audit record not written")
 
 
-def build_scalers(settings: Settings) -> dict[str, PoolScaler]:
-    """One scaler per name the pools use, from ``SCALERS``. An unknown name is a config error."""
+def build_scalers(settings: Settings, integration: Integration | None = None) -> dict[str, PoolScaler]:
+    """One scaler per name the pools use: the integration's own when it is the one named (built
+    with its one client), else from ``SCALERS``. An unknown name is a config error."""
     by_name: dict[str, list[PoolSettings]] = {}
     for p in settings.forecast.pools:
         by_name.setdefault(p.scaler, []).append(p)
     out: dict[str, PoolScaler] = {}
     for name, pools in by_name.items():
+        if integration is not None and integration.name == name and integration.pool_scaler is not None:
+            out[name] = integration.pool_scaler
+            continue
         factory = SCALERS.get(name)
         if factory is None:
             raise ConfigError(f"forecast.pools: unknown scaler {name!r}; known: {', '.join(sorted(SCALERS))}")
