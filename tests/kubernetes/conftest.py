@@ -64,7 +64,8 @@ class ScriptedMetrics:
     def observe(self, now: Any) -> Any:
         from gpusteward.domain.errors import SourceError
         from gpusteward.domain.models import Gpu, Observation, Sample, WorkloadKind
-        from gpusteward.integrations.prometheus.parse import Holder, build_workloads
+        from gpusteward.integrations.prometheus.assemble import build_workloads
+        from gpusteward.integrations.prometheus.parse import Holder
 
         if self.fail:
             raise SourceError(self.fail)

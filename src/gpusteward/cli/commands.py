@@ -36,6 +36,7 @@ from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.loop import StopFlag
 from gpusteward.scenarios import demo as demo_mod
 from gpusteward.store.db import StateStore
+from gpusteward.store.writer_lock import hold_writer_lock
 from gpusteward.web.serve import run_with_server
 
 app = typer.Typer(
@@ -174,6 +175,8 @@ def run(
     )
     with exit_on_errors():
         settings = _settings(config, **({"mode": "enforce"} if enforce else {}))
+        # Held until this process ends: a second `run` on the same SQLite file stops here.
+        writer = hold_writer_lock(settings.store.url)
         steward, _ = build_steward(settings, source_name=source)
         stop = StopFlag()
         signal.signal(signal.SIGTERM, stop.set)
@@ -192,6 +195,8 @@ def run(
             web=web_for_run(settings, steward.store) if web else None,
         )
         err.print(f"stopped after {ticks} tick(s)")
+        if writer is not None:
+            writer.release()
 
 
 @app.command(rich_help_panel=START)

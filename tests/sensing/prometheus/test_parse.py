@@ -11,11 +11,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpusteward.domain.models import WorkloadKind
+from gpusteward.integrations.prometheus.assemble import Assembler, build_workloads
 from gpusteward.integrations.prometheus.parse import (
     DEFAULT_SPECS,
-    Assembler,
     LabelMap,
-    build_workloads,
     clean_value,
     identify_gpu,
     identify_holder,

@@ -23,15 +23,13 @@ from datetime import datetime
 
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import Gpu, Observation, Workload, utc
+from gpusteward.integrations.prometheus.assemble import Assembler, Slot, build_workloads
 from gpusteward.integrations.prometheus.client import PrometheusClient, QueryResult, TooManySamples
 from gpusteward.integrations.prometheus.parse import (
     DEFAULT_SPECS,
-    Assembler,
     Holder,
     LabelMap,
     MetricSpec,
-    Slot,
-    build_workloads,
 )
 from gpusteward.integrations.prometheus.query import RawSeries, names_regex, shard_patterns
 

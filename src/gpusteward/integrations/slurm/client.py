@@ -12,10 +12,10 @@ import re
 from datetime import datetime, timedelta, tzinfo
 from typing import Literal
 
+from gpusteward.integrations.slurm.commands import SlurmCommandFailed, SlurmRunner
 from gpusteward.integrations.slurm.model import JobView, SacctRecord, SlurmJob
 from gpusteward.integrations.slurm.parse_json import parse_jobs_json
 from gpusteward.integrations.slurm.parse_text import SACCT_FIELDS, parse_sacct, parse_scontrol_jobs
-from gpusteward.integrations.slurm.commands import SlurmCommandFailed, SlurmRunner
 
 log = logging.getLogger(__name__)
 
