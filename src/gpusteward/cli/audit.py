@@ -78,7 +78,8 @@ def verify(
     json_out: JsonOpt = False,
 ) -> None:
     """Walk the audit hash chain and report the first record that was changed, inserted or
-    deleted. Exit code 0 when the chain is intact, 1 when it is broken."""
+    deleted, and any action whose state has no audit record. Exit code 0 when the chain is
+    intact and complete, 1 otherwise."""
     with exit_on_errors():
         _, store = open_store(config)
         with store.transaction("verify audit chain") as conn:
@@ -92,10 +93,12 @@ def verify(
             highlight=False,
         )
         if report.ok:
-            out.print("[green]audit chain intact[/green]")
+            out.print("[green]audit chain intact and complete[/green]")
     if not report.ok:
         if json_out:
             raise typer.Exit(1)
+        if report.problem == f"the log is incomplete: {report.missing}":
+            fail(f"audit log incomplete: {report.missing} ({report.incomplete} action(s) in all)", 1)
         fail(f"audit chain broken at {report.problem} ({report.problems} problem(s) in all)", 1)
 
 

@@ -20,6 +20,7 @@ from gpusteward.domain.errors import ExecutionError
 from gpusteward.domain.models import Action, ActionStatus, Decision, Workload
 from gpusteward.domain.ports import StagedExecutor
 from gpusteward.runtime.runner import ActionResult, ActionRunner, settled
+from gpusteward.store.actions import AuditNote
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,8 @@ def _complete(runner: ActionRunner, action: Action, workload: Workload | None) -
     status, done = _outcome(runner, decision, workload)
     detail = f"{action.detail}; then {done}"  # what began it, then how it ended
     at = runner.clock.now()
-    runner.store.finish_action(action.id, status, detail, at)
-    runner.store.audit(
-        f"action.{status.value}", at, action.workload_id, key=action.idempotency_key, detail=detail
-    )
+    note = AuditNote(f"action.{status.value}", {"key": action.idempotency_key, "detail": detail})
+    runner.store.finish_action(action.id, status, detail, at, audit=note)
     return ActionResult(decision, status, detail, action.id)
 
 

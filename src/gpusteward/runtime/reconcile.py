@@ -23,6 +23,7 @@ from gpusteward.domain.errors import ExecutionError, StoreError
 from gpusteward.domain.models import Action, ActionStatus, Decision, Level, Workload
 from gpusteward.runtime.runner import ActionResult, ActionRunner
 from gpusteward.store import queries
+from gpusteward.store.actions import AuditNote
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +85,8 @@ class Reconciler:
 
     def _finish(self, action: Action, status: ActionStatus, detail: str) -> ActionResult:
         at = self.runner.clock.now()
-        self.store.finish_action(action.id, status, detail, at)
-        self.store.audit(
-            f"action.{status.value}", at, action.workload_id, key=action.idempotency_key, detail=detail
-        )
+        note = AuditNote(f"action.{status.value}", {"key": action.idempotency_key, "detail": detail})
+        self.store.finish_action(action.id, status, detail, at, audit=note)
         return ActionResult(decision_of(action, detail), status, detail, action.id)
 
     def _one(self, action: Action, k: Judgement) -> ActionResult | None:
@@ -140,8 +139,7 @@ class Reconciler:
         if action.status is ActionStatus.EXECUTING:
             # Record the interruption, then run the step again on the same row (attempt + 1).
             at, detail = self.runner.clock.now(), "interrupted by a restart; finishing it"
-            action = self.store.finish_action(action.id, ActionStatus.FAILED, detail, at)
-            key = action.idempotency_key
-            self.store.audit("action.interrupted", at, action.workload_id, key=key, detail=detail)
+            note = AuditNote("action.interrupted", {"key": action.idempotency_key, "detail": detail})
+            action = self.store.finish_action(action.id, ActionStatus.FAILED, detail, at, audit=note)
         reason = f"finishing {action.step} left unfinished by a restart"
         return self.runner.carry_out(action, decision_of(action, reason), workload)

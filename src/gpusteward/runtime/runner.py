@@ -40,6 +40,7 @@ from gpusteward.notify.templates import notice_for
 from gpusteward.policy.owner import approval_key
 from gpusteward.policy.settings import ApprovalSettings
 from gpusteward.store import queries
+from gpusteward.store.actions import AuditNote
 from gpusteward.store.controls import ApprovalRecord
 from gpusteward.store.db import StateStore
 
@@ -198,10 +199,10 @@ class ActionRunner:
             return None  # this step already ran, is running, or waits for its retry time
         if self.dry_run:
             detail = f"dry-run: would {decision.step} ({decision.level.label})"
-            self.store.finish_action(action.id, ActionStatus.SKIPPED, detail, now)
+            note = AuditNote("action.dry_run", {"key": decision.idempotency_key, "detail": detail})
+            self.store.finish_action(action.id, ActionStatus.SKIPPED, detail, now, audit=note)
             if decision.level is Level.NOTIFY:
                 self.store.record_notice(notice_for(decision, workload, dry_run=True), sent=False)
-            self.store.audit("action.dry_run", now, workload.id, key=decision.idempotency_key, detail=detail)
             return ActionResult(decision, ActionStatus.SKIPPED, detail, action.id)
         return self.carry_out(action, decision, workload)
 
@@ -209,8 +210,11 @@ class ActionRunner:
         """``planned`` | ``failed`` → executing → its outcome: the part of an action after planning
         (also used to finish actions a crashed agent left behind, see ``execution.reconcile``)."""
         now = self.clock.now()
-        self.store.start_action(action.id, now)
-        self.store.audit("action.start", now, workload.id, key=decision.idempotency_key, step=decision.step)
+        key = decision.idempotency_key
+        # Each state change is stored with its audit record, in one transaction.
+        self.store.start_action(
+            action.id, now, audit=AuditNote("action.start", {"key": key, "step": decision.step})
+        )
         due: datetime | None = None
         try:
             status, detail, due = self._execute(decision, workload)
@@ -223,16 +227,11 @@ class ActionRunner:
             status, detail = ActionStatus.FAILED, f"executor crashed: {type(e).__name__}: {e}"
         done = self.clock.now()
         if due is not None:
-            self.store.pend_action(action.id, due, detail, done)
-            key = decision.idempotency_key
-            self.store.audit(
-                "action.pending", done, workload.id, key=key, detail=detail, due_at=due.isoformat()
-            )
+            note = AuditNote("action.pending", {"key": key, "detail": detail, "due_at": due.isoformat()})
+            self.store.pend_action(action.id, due, detail, done, audit=note)
             return ActionResult(decision, ActionStatus.EXECUTING, detail, action.id)
-        self.store.finish_action(action.id, status, detail, done)
-        self.store.audit(
-            f"action.{status.value}", done, workload.id, key=decision.idempotency_key, detail=detail
-        )
+        note = AuditNote(f"action.{status.value}", {"key": key, "detail": detail})
+        self.store.finish_action(action.id, status, detail, done, audit=note)
         return ActionResult(decision, status, detail, action.id)
 
     def _execute(self, decision: Decision, workload: Workload) -> tuple[ActionStatus, str, datetime | None]:

@@ -7,13 +7,16 @@ writer (a transaction whose snapshot is stale cannot write); on both, ``seq`` is
 
 What the chain cannot show by itself is the loss of the *newest* records: ``verify`` reports the
 head (seq and hash) for an auditor to note, and ``expect_hash`` checks a noted record is still
-there. Records written before the chain existed (no hash) are counted as unchained.
+there. Nor can it show a record never written: ``verify`` also checks every action state has its
+record (``store.audit_complete``). Records written before the chain existed (no hash) are counted
+as unchained.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +25,7 @@ from typing import Any
 from sqlalchemy import insert, select, text, update
 from sqlalchemy.engine import Connection
 
+from gpusteward.store import audit_complete
 from gpusteward.store.dbschema import audit_t, jsonable
 
 GENESIS = "0" * 64
@@ -113,6 +117,9 @@ class ChainReport:
     problem_id: int | None = None
     problems: int = 0
     found_expected: bool | None = None
+    #: Actions whose state has no audit record, and the first of them.
+    incomplete: int = 0
+    missing: str = ""
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,6 +133,8 @@ class ChainReport:
             "problem_id": self.problem_id,
             "problems": self.problems,
             "found_expected": self.found_expected,
+            "incomplete": self.incomplete,
+            "missing": self.missing,
         }
 
 
@@ -141,8 +150,10 @@ def _rows(conn: Connection) -> Iterator[Any]:
 
 
 def verify(conn: Connection, *, expect_hash: str | None = None) -> ChainReport:
-    """Walk the chain from its start; report the first record changed, inserted or deleted."""
+    """Walk the chain from its start; report the first record changed, inserted or deleted, and
+    the actions whose state has no record."""
     report = ChainReport()
+    counts: Counter[tuple[str, str]] = Counter()
     prev_seq, prev_hash = 0, GENESIS
     chained = False
 
@@ -155,6 +166,7 @@ def verify(conn: Connection, *, expect_hash: str | None = None) -> ChainReport:
 
     for r in _rows(conn):
         report.records += 1
+        audit_complete.tally(counts, r.event, r.payload)
         if r.hash is None:
             if chained:
                 broken(r, "has no hash inside the chain: inserted afterwards, or its hash removed")
@@ -190,6 +202,12 @@ def verify(conn: Connection, *, expect_hash: str | None = None) -> ChainReport:
             report.problem = (
                 f"the record with hash {expect_hash} is not in the chain: newer records were deleted"
             )
+    report.incomplete, report.missing = audit_complete.missing(conn, counts)
+    if report.incomplete:
+        report.problems += report.incomplete
+        if report.ok:
+            report.ok = False
+            report.problem = f"the log is incomplete: {report.missing}"
     return report
 
 

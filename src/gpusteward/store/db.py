@@ -9,26 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Table, bindparam, create_engine, delete, event, func, insert, or_, select, update
-from sqlalchemy.engine import Connection, CursorResult, Row, make_url
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.engine import Connection, Row, make_url
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from gpusteward.domain.errors import StoreError
 from gpusteward.domain.models import (
-    Action,
-    ActionStatus,
     Decision,
     Finding,
     LadderState,
-    Level,
     Notice,
     Workload,
 )
 from gpusteward.store import audit_chain, schema
+from gpusteward.store.actions import ActionLog, AuditNote, inserted_id
 from gpusteward.store.controls import ApprovalRecord, OwnerControls, SnoozeRecord
 from gpusteward.store.dbschema import (
     AuditRecord,
@@ -36,8 +34,6 @@ from gpusteward.store.dbschema import (
     NoticeRecord,
     PauseState,
     WorkloadRecord,
-    action_of,
-    actions_t,
     audit_t,
     decision_of,
     decision_row,
@@ -59,6 +55,7 @@ from gpusteward.store.dbschema import (
 
 __all__ = [
     "ApprovalRecord",
+    "AuditNote",
     "AuditRecord",
     "FindingEpisode",
     "NoticeRecord",
@@ -70,7 +67,6 @@ __all__ = [
 
 T = TypeVar("T")
 _CHUNK = 500  # keeps IN lists well under every backend's bound-parameter limit
-_TERMINAL = {ActionStatus.SUCCEEDED, ActionStatus.FAILED, ActionStatus.SKIPPED}
 
 
 def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
@@ -92,15 +88,11 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def _backoff(attempts: int) -> timedelta:
-    """1, 2, 4 … minutes after a failure, capped at 30."""
-    return timedelta(minutes=min(30, 2 ** max(0, attempts - 1)))
-
-
-class StateStore(OwnerControls):
+class StateStore(OwnerControls, ActionLog):
     """gpusteward's durable state. One instance per process; safe to reopen on the same database.
 
-    Approvals and snoozes come from ``store.controls.OwnerControls``."""
+    Approvals and snoozes come from ``store.controls.OwnerControls``, actions from
+    ``store.actions.ActionLog``."""
 
     def __init__(self, url: str = "sqlite:///gpusteward.db") -> None:
         self._snapshots: dict[str, dict[str, Any]] = {}  # workload id → snapshot last written
@@ -281,138 +273,10 @@ class StateStore(OwnerControls):
         """The last ``limit`` stored decisions of one workload, oldest first."""
         return [decision_of(r) for r in self._last(decisions_t, limit, workload_id, "decisions")]
 
-    # -- actions: planned → executing → succeeded | failed | skipped ---------------------------
-    def plan_action(self, decision: Decision, *, dry_run: bool, at: datetime) -> Action | None:
-        """A new ``planned`` action, a failed one whose retry is due, or ``None``: never twice."""
-        if not decision.idempotency_key:
-            raise ValueError(f"decision for {decision.workload_id} has no idempotency key: it does not act")
-        c = actions_t.c
-        try:
-            with self._tx("plan action") as conn:
-                key = (c.dry_run == dry_run, c.idempotency_key == decision.idempotency_key)
-                row = conn.execute(select(actions_t).where(*key)).first()
-                if row is not None:
-                    failed = row.status == ActionStatus.FAILED.value
-                    due = failed and at >= row.updated_at + _backoff(row.attempts)
-                    return action_of(row) if due else None
-                values = {
-                    "idempotency_key": decision.idempotency_key,
-                    "dry_run": dry_run,
-                    "workload_id": decision.workload_id,
-                    "level": int(decision.level),
-                    "step": decision.step,
-                    "rule": decision.rule,
-                    "status": ActionStatus.PLANNED.value,
-                    "created_at": at,
-                    "updated_at": at,
-                    "attempts": 0,
-                    "detail": "",
-                    "gpu_uuids": list(decision.gpu_uuids),
-                    "gpu_count": len(decision.gpu_uuids),
-                }
-                new_id = _new_id(conn.execute(insert(actions_t).values(values)))
-                return action_of(conn.execute(select(actions_t).where(c.id == new_id)).one())
-        except StoreError as e:
-            if isinstance(e.__cause__, IntegrityError):
-                return None  # another replica planned the same key first
-            raise
-
-    def retries_due(self, at: datetime, *, dry_run: bool) -> list[Action]:
-        """Failed actions whose backoff has passed: policy emits each step once, so the runtime
-        retries these (``start_action`` → execute → ``finish_action``) while they still apply."""
-        c = actions_t.c
-        query = select(actions_t).where(c.status == ActionStatus.FAILED.value, c.dry_run == dry_run)
-        with self._tx("read failed actions") as conn:
-            rows = conn.execute(query.order_by(c.id)).all()
-        return [action_of(r) for r in rows if at >= r.updated_at + _backoff(r.attempts)]
-
-    def start_action(self, action_id: int, at: datetime) -> Action:
-        """planned | failed → executing, counting one more attempt."""
-        values = {
-            "status": ActionStatus.EXECUTING.value,
-            "attempts": actions_t.c.attempts + 1,
-            "updated_at": at,
-            "due_at": None,
-        }
-        return self._move(action_id, (ActionStatus.PLANNED, ActionStatus.FAILED), values, "start")
-
-    def pend_action(self, action_id: int, due_at: datetime, detail: str, at: datetime) -> Action:
-        """executing → executing with ``due_at``: a two-phase stop is under way, its follow-up due then."""
-        values = {"due_at": due_at, "detail": detail[:4000], "updated_at": at}
-        return self._move(action_id, (ActionStatus.EXECUTING,), values, "pend")
-
-    def followups_due(self, at: datetime, *, dry_run: bool) -> list[Action]:
-        """``executing`` actions whose follow-up (``due_at``) has come, oldest first."""
-        c = actions_t.c
-        query = select(actions_t).where(
-            c.status == ActionStatus.EXECUTING.value, c.dry_run == dry_run, c.due_at <= at
-        )
-        with self._tx("read due follow-ups") as conn:
-            return [action_of(r) for r in conn.execute(query.order_by(c.id))]
-
-    def finish_action(self, action_id: int, status: ActionStatus, detail: str, at: datetime) -> Action:
-        """executing → succeeded | failed | skipped; planned → failed | skipped (refused before acting)."""
-        if status not in _TERMINAL:
-            raise ValueError(f"an action finishes as succeeded, failed or skipped, not {status.value}")
-        allowed: tuple[ActionStatus, ...] = (ActionStatus.EXECUTING,)
-        if status is not ActionStatus.SUCCEEDED:
-            allowed = (ActionStatus.EXECUTING, ActionStatus.PLANNED)
-        values = {"status": status.value, "detail": detail[:4000], "updated_at": at}
-        return self._move(action_id, allowed, values, "finish")
-
-    def _move(
-        self, action_id: int, allowed: tuple[ActionStatus, ...], values: dict[str, Any], verb: str
-    ) -> Action:
-        c = actions_t.c
-        states = [s.value for s in allowed]
-        with self._tx(f"{verb} action {action_id}") as conn:
-            where = (c.id == action_id, c.status.in_(states))
-            moved = conn.execute(update(actions_t).where(*where).values(values)).rowcount
-            row = conn.execute(select(actions_t).where(c.id == action_id)).first()
-        if row is None:
-            raise StoreError(f"{verb} action {action_id}: no such action")
-        if moved == 0:
-            raise StoreError(f"{verb} action {action_id}: it is {row.status}, not {' or '.join(states)}")
-        return action_of(row)
-
-    def actions(self, limit: int = 50, workload_id: str | None = None) -> list[Action]:
-        """The last ``limit`` actions (of one workload), oldest first."""
-        return [action_of(r) for r in self._last(actions_t, limit, workload_id, "actions")]
-
-    def count_actions_since(
-        self, at: datetime, min_level: Level = Level.GRACEFUL_STOP, *, dry_run: bool = False
-    ) -> tuple[int, int]:
-        """(actions, GPUs) of not-skipped actions at ``min_level`` or above created since ``at``.
-
-        Real actions by default; ``dry_run=True`` counts the dry-run ones instead, so that a
-        dry-run agent previews the budget holds an enforcing one would have.
-        """
-        c = actions_t.c
-        query = select(func.count(), func.coalesce(func.sum(c.gpu_count), 0)).where(
-            c.created_at >= at,
-            c.level >= int(min_level),
-            c.dry_run == dry_run,
-            # Dry-run actions are all recorded as skipped; real skipped ones touched nothing.
-            c.status != ActionStatus.SKIPPED.value if not dry_run else c.dry_run.is_(True),
-        )
-        with self._tx("count actions") as conn:
-            n, gpus = conn.execute(query).one()
-        return int(n), int(gpus)
-
-    def actions_by_level(self, dry_run: bool | None = None) -> dict[str, int]:
-        """Actions per level label, ``L1`` … ``L4``, zeros included."""
-        c = actions_t.c
-        query = select(c.level, func.count()).group_by(c.level)
-        if dry_run is not None:
-            query = query.where(c.dry_run == dry_run)
-        with self._tx("count actions by level") as conn:
-            counts = {int(level): int(n) for level, n in conn.execute(query).all()}
-        return {lv.label: counts.get(int(lv), 0) for lv in Level if lv is not Level.NONE}
-
     # -- notices ------------------------------------------------------------------------------
     def record_notice(self, notice: Notice, *, sent: bool) -> int:
         with self._tx("record notice") as conn:
-            return _new_id(conn.execute(insert(notices_t).values(notice_row(notice, sent))))
+            return inserted_id(conn.execute(insert(notices_t).values(notice_row(notice, sent))))
 
     def notices(self, workload_id: str | None = None, limit: int = 100) -> list[NoticeRecord]:
         """The last ``limit`` notices (of one workload), oldest first."""
@@ -496,13 +360,6 @@ class StateStore(OwnerControls):
                 select(workloads_t).where(inside, ~prefix).order_by(*order).limit(limit)
             ).all()
         return [workload_of(r) for r in [*first, *more][:limit]]
-
-
-def _new_id(result: CursorResult[Any]) -> int:
-    pk = result.inserted_primary_key
-    if pk is None:  # only for statements that are not single-row inserts
-        raise StoreError("insert returned no primary key")
-    return int(pk[0])
 
 
 def _subject(f: Finding) -> str:
