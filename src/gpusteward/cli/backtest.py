@@ -19,6 +19,7 @@ from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.domain.models import utc
 from gpusteward.integrations.replay import Trace, TraceFormat, load_trace
 from gpusteward.integrations.replay.generic import parse_time
+from gpusteward.integrations.replay.trace import time_problem
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.scenarios.backtest import (
     ACTION_COLUMNS,
@@ -54,10 +55,12 @@ ROWS = (
 def _when(value: str, option: str) -> datetime:
     try:
         t = parse_time(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         t = None
     if t is None:
         fail(f"{option}: not epoch seconds or RFC 3339: {value!r}")
+    if problem := time_problem(t):
+        fail(f"{option}: {problem}")
     return utc(t)
 
 
@@ -232,7 +235,9 @@ def backtest(
     ] = None,
     tick_seconds: Annotated[
         float | None,
-        typer.Option(help="Simulated seconds per tick (default: the trace's sampling interval)."),
+        typer.Option(
+            min=1, max=86400, help="Simulated seconds per tick (default: the trace's sampling interval)."
+        ),
     ] = None,
     state: Annotated[
         Path | None,

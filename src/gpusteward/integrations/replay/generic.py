@@ -28,7 +28,13 @@ import numpy.typing as npt
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import Gpu, Owner
-from gpusteward.integrations.replay.trace import Trace, TraceWorkload
+from gpusteward.integrations.replay.trace import (
+    MAX_GPUS,
+    Trace,
+    TraceWorkload,
+    span_problem,
+    time_problem,
+)
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +95,14 @@ def _times(
         else:
             try:
                 hit = parse_time(v)
-            except ValueError as e:
+            except (ValueError, OverflowError) as e:
                 raise ConfigError(
                     f"{column}: not epoch seconds or RFC 3339: {_text(v)[:40]!r}",
                     path=path,
                     line=first_line + i,
                 ) from e
+            if hit is not None and (problem := time_problem(hit)):
+                raise ConfigError(f"{column}: {problem}", path=path, line=first_line + i)
             if key is not None:
                 cache[key] = hit
         if hit is None and required:
@@ -156,6 +164,8 @@ def parse_long_table(
     if n == 0:
         raise ConfigError("the trace has no rows", path=path, line=first_line)
     t = _times(columns["timestamp"], "timestamp", path, first_line, required=True)
+    if problem := span_problem(float(t.min()), float(t.max())):
+        raise ConfigError(problem, path=path, line=first_line + int(np.argmax(t)))
     gpu_ids = [_text(v) for v in columns["gpu"]]
     if not all(gpu_ids):
         raise ConfigError("gpu: empty", path=path, line=first_line + gpu_ids.index(""))
@@ -220,6 +230,11 @@ def parse_long_table(
         else None
     )
     requested = num("gpus_requested")
+    if requested is not None:
+        bad = ~np.isnan(requested) & ~((requested >= 0) & (requested <= MAX_GPUS))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ConfigError(f"gpus_requested: not 0 to {MAX_GPUS}", path=path, line=first_line + i)
     workloads, wl = _workloads(wl, wl_ids, gpu, t, started, requested, texts)
     return Trace(
         name=Path(path).name,

@@ -20,10 +20,18 @@ import numpy as np
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import Gpu, Owner
-from gpusteward.integrations.replay.trace import Trace, TraceWorkload
+from gpusteward.integrations.replay.trace import (
+    MAX_GPUS,
+    Trace,
+    TraceWorkload,
+    span_problem,
+    time_problem,
+)
 
 REQUIRED = ("time", "total_gpu_num", "running_gpu_num")
 GPUS_PER_NODE = 8
+#: The held matrix is minutes x GPUs booleans: bound it (a year of minutes on 2,000 GPUs).
+MAX_CELLS = 1_100_000_000
 
 
 def vc_name(path: str) -> str:
@@ -46,17 +54,27 @@ def parse_helios(rows: Sequence[Sequence[str]], *, path: str = "<helios>", gpu_m
         if not row:
             continue
         try:
-            times.append(datetime.fromisoformat(row[ti]).replace(tzinfo=UTC).timestamp())
-            totals.append(int(float(row[ni])))
-            running.append(int(float(row[ri])))
-        except (ValueError, IndexError) as e:
+            at = datetime.fromisoformat(row[ti]).replace(tzinfo=UTC).timestamp()
+            total, run = int(float(row[ni])), int(float(row[ri]))
+        except (ValueError, IndexError, OverflowError) as e:
             raise ConfigError(f"bad row: {e}", path=path, line=line) from e
+        if problem := time_problem(at):
+            raise ConfigError(f"time: {problem}", path=path, line=line)
+        if not 0 <= total <= MAX_GPUS:
+            raise ConfigError(f"total_gpu_num: not 0 to {MAX_GPUS}", path=path, line=line)
+        times.append(at)
+        totals.append(total)
+        running.append(run)
     if not times:
         raise ConfigError("no rows", path=path)
     t = np.asarray(times)
     if np.any(np.diff(t) <= 0):
         raise ConfigError("times must increase row by row", path=path)
+    if problem := span_problem(float(t[0]), float(t[-1])):
+        raise ConfigError(problem, path=path)
     n = max(totals)
+    if n * len(t) > MAX_CELLS:
+        raise ConfigError(f"{len(t)} rows of up to {n} GPUs: too large to replay", path=path)
     held = (
         np.arange(n)[None, :] < np.minimum(np.asarray(running), np.asarray(totals))[:, None]
     )  # (minutes, gpus)

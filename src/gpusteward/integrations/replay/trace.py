@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +28,30 @@ Idx = npt.NDArray[np.intp]
 GAP_INTERVALS = 3.0
 #: Utilisation (%) at or above which a GPU counts as busy, below which as idle.
 BUSY_PCT = 10.0
+#: The times a trace may hold (epoch seconds, 1970 to 2200). Outside is junk or a typo, and far
+#: outside float seconds stop counting (``1e23 + 60 == 1e23``): a replay loop would never end.
+MIN_T = 0.0
+MAX_T = datetime(2200, 1, 1, tzinfo=UTC).timestamp()
+#: The longest trace a replay plays (about three years): a backtest ticks through all of it.
+MAX_SPAN_S = 3 * 366 * 86400.0
+#: The most GPUs a trace may describe (a trace allocates per GPU).
+MAX_GPUS = 1_000_000
+
+
+def time_problem(t: float) -> str | None:
+    """Why ``t`` (epoch seconds) cannot be a trace time, or None when it can."""
+    if MIN_T <= t <= MAX_T:  # False for NaN too
+        return None
+    return f"{t!r} is not a time between 1970 and 2200 (epoch seconds or RFC 3339)"
+
+
+def span_problem(first: float, last: float) -> str | None:
+    """Why a trace from ``first`` to ``last`` is too long to replay, or None."""
+    if last - first <= MAX_SPAN_S:
+        return None
+    return (
+        f"the trace spans {(last - first) / 86400:.0f} days; at most {MAX_SPAN_S / 86400:.0f} can be replayed"
+    )
 
 
 @dataclass(frozen=True, slots=True)

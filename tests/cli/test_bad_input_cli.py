@@ -1,0 +1,73 @@
+"""Bad input on the command line ends in one red line and exit 2 (config) or 1 (state), never a
+traceback, a hang or a silent success."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpusteward.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str | Path) -> tuple[int, str]:
+    result = runner.invoke(app, [str(a) for a in args])
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), (
+        result.exception
+    )
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GPUSTEWARD_STORE__URL", f"sqlite:///{tmp_path / 'state.db'}")
+    monkeypatch.setenv("COLUMNS", "300")
+    return tmp_path
+
+
+@pytest.fixture
+def hanging_trace(tmp_path: Path) -> Path:
+    """Before the fix the backtest looped forever on this (``1e23 + 60 == 1e23``)."""
+    path = tmp_path / "bad.csv"
+    path.write_text("timestamp,gpu,util_pct,mem_used_mib\n1741046400,g0,0,100\n1e23,g0,0,100\n")
+    return path
+
+
+def test_backtest_on_a_trace_with_a_time_out_of_range_exits_2_naming_the_line(
+    env: Path, hanging_trace: Path
+) -> None:
+    code, out = invoke("backtest", "--trace", hanging_trace)
+    assert code == 2
+    assert f"{hanging_trace}:3: timestamp:" in out
+    assert "Traceback" not in out
+
+
+def test_scan_on_such_a_trace_exits_2_too(env: Path, hanging_trace: Path) -> None:
+    cfg = env / "c.yaml"
+    cfg.write_text(f"source:\n  name: replay\n  replay:\n    trace: {hanging_trace}\n")
+    code, out = invoke("scan", "-c", cfg)
+    assert code == 2
+    assert f"{hanging_trace}:3:" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--from", "1e23", "--to", "2025-01-02T00:00:00Z"), "--from: 1e+23 is not a time between 1970"),
+        (("--from", "2025-01-01T00:00:00Z", "--to", "nan"), "--to: nan is not a time"),
+    ],
+)
+def test_backtest_history_bounds_out_of_range_exit_2(env: Path, args: tuple[str, ...], words: str) -> None:
+    code, out = invoke("backtest", "--source", "sim", *args)
+    assert code == 2
+    assert words in out
+
+
+@pytest.mark.parametrize("tick", ["0.0001", "1e9"])
+def test_backtest_tick_out_of_range_exits_2(env: Path, hanging_trace: Path, tick: str) -> None:
+    code, out = invoke("backtest", "--trace", hanging_trace, "--tick-seconds", tick)
+    assert code == 2
+    assert "--tick-seconds" in out
