@@ -13,7 +13,7 @@ from gpusteward.domain.models import Finding, Gpu, Owner, RuleAction, Sample, Wo
 from gpusteward.store.window import WindowStore
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
-RULES = compile_rules(default_rule_pack(), window_s=3600)
+RULES = compile_rules(default_rule_pack(), window_s=4 * 3600)
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,19 @@ from gpusteward.domain.models import Metric, RuleAction
 
 def test_default_pack_ships_and_compiles() -> None:
     rules = {r.name: r for r in compile_rules(default_rule_pack())}
-    assert set(rules) == {"zombie", "idle-allocation", "overprovisioned", "stalled"}
+    assert set(rules) == {
+        "zombie",
+        "idle-allocation",
+        "quiet-service",
+        "idle-notebook",
+        "overprovisioned",
+        "stalled",
+    }
     assert {r.name: r.kind for r in rules.values()} == {
         "zombie": "zombie",
         "idle-allocation": "idle",
+        "quiet-service": "idle",
+        "idle-notebook": "idle",
         "overprovisioned": "overprovisioned",
         "stalled": "stalled",
     }
@@ -35,14 +44,19 @@ def test_default_pack_ships_and_compiles() -> None:
     assert rules["idle-allocation"].window_s == 1800
     assert rules["overprovisioned"].window_s == 3600
     assert rules["stalled"].window_s == 600
+    assert rules["quiet-service"].window_s == 210 * 60
+    # Each class has its own rules: a service waiting for requests is never a zombie.
+    assert rules["zombie"].spec.classes == ["batch"]
+    assert rules["quiet-service"].spec.classes == ["service", "unknown"]
+    assert rules["idle-notebook"].spec.classes == ["interactive"]
     assert rules["stalled"].metrics == {Metric.GPU_UTIL, Metric.PROC_CPU, Metric.MEM_USED}
 
 
 def test_window_too_short_for_a_rule_is_an_error() -> None:
     pack = default_rule_pack()
-    with pytest.raises(RuleError, match="'overprovisioned' looks back 1h"):
-        compile_rules(pack, window_s=1800)
-    assert len(compile_rules(pack, window_s=3600)) == 4
+    with pytest.raises(RuleError, match="'quiet-service' looks back 210m"):
+        compile_rules(pack, window_s=3600)
+    assert len(compile_rules(pack, window_s=4 * 3600)) == 6
 
 
 def test_disabled_rules_are_checked_but_not_compiled() -> None:

@@ -25,6 +25,8 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from gpusteward.analysis.classes import CLASSES, workload_class
+from gpusteward.analysis.evidence import evidence_texts
 from gpusteward.analysis.expr import Aggregate, EvalContext, FloatArray, format_duration
 from gpusteward.analysis.rules import CompiledRule
 from gpusteward.domain.models import Finding, Gpu, Metric, RuleAction, Workload
@@ -72,6 +74,17 @@ class _Holdings:
         self.gpu_index = inp.view.indices_of(self.uuids)
         self.gpus = inp.gpus
         self.now = inp.now
+        self._classes: npt.NDArray[np.intp] | None = None
+
+    def class_codes(self) -> npt.NDArray[np.intp]:
+        """Per holding, the index in ``CLASSES`` of its workload's class (computed once)."""
+        if self._classes is None:
+            codes = {c: i for i, c in enumerate(CLASSES)}
+            per = np.fromiter(
+                (codes[workload_class(w)] for w in self.workloads), np.intp, len(self.workloads)
+            )
+            self._classes = per[self.group]
+        return self._classes
 
     def _per_gpu(self, field: str) -> FloatArray:
         gpus = self.gpus
@@ -151,6 +164,10 @@ def _trips(
     all_judged = h.group_all(judged)
     if not judged.any():  # e.g. a window longer than the store keeps: nothing can trip
         return judged, all_judged
+    if rule.spec.classes:
+        judged = judged & np.isin(h.class_codes(), [CLASSES.index(c) for c in rule.spec.classes])
+        if not judged.any():
+            return judged, all_judged
     trip = rule.when.evaluate_bool(ctx) & judged
     if rule.spec.scope == "workload":
         trip &= all_judged[h.group]
@@ -338,6 +355,10 @@ def _messages(rule: CompiledRule, ctx: EvalContext, known: list[Gpu | None], col
             return [str(max(1, x) if name == "suggest_gpus" else x) for x in counts]
         if name == "minutes":
             return _fmt_all(cols.minutes)
+        if name == "evidence":
+            return evidence_texts(rule.when.aggregates, ctx, cols.tp, cols.starts)
+        if name == "class":
+            return [workload_class(w) for w in cols.workloads]
         return [_fmt(x, 2) for x in (cols.gpu_hours if name == "gpu_hours" else cols.cost)]
 
     if not names:

@@ -45,7 +45,16 @@ AGGREGATES: dict[str, tuple[str, ...]] = {
     "coverage": ("metric", "duration"),
     "fraction_below": ("metric", "number", "duration"),
     "below_for": ("metric", "number"),
+    # Evidence for services (issue 14): how busy over a long window, how long at exactly
+    # zero, and how long the holder has been watched at all.
+    "busy_share": ("metric", "number", "duration"),
+    "zero_for": ("metric",),
+    "watched_for": ("metric",),
 }
+#: Aggregates in minutes (compared with plain numbers; ``f(m) >= N`` looks back N minutes).
+MINUTE_AGGREGATES = ("below_for", "zero_for", "watched_for")
+#: ``zero_for`` is ``below_for`` this small: any reading above zero ends the run.
+ZERO_PCT = float(np.finfo(np.float32).tiny)
 #: Functions over the GPUs of one workload; only in ``scope: workload`` rules.
 GROUP_FUNCTIONS = ("share", "count")
 GPU_ATTRIBUTES = ("memory_total_mib", "price_per_hour")
@@ -101,13 +110,21 @@ class Aggregate:
     @property
     def view_call(self) -> tuple[str, tuple[float, ...]]:
         """The ``WindowView`` method and its arguments after the metric."""
+        if self.func == "busy_share":  # shares fraction_below's memoised counts
+            return "fraction_below", self.args
+        if self.func == "zero_for":
+            return "below_for_s", (ZERO_PCT,)
+        if self.func == "watched_for":
+            return "watched_s", ()
         return ("below_for_s" if self.func == "below_for" else self.func), self.args
 
     def compute(self, view: WindowView) -> FloatArray:
         """Per GPU of the view, in the view's index order."""
         method, args = self.view_call
         out: FloatArray = getattr(view, method)(self.metric, *args)
-        return out / 60.0 if self.func == "below_for" else out  # below_for is in minutes
+        if self.func == "busy_share":
+            return 1.0 - out  # NaN (no present sample) stays NaN
+        return out / 60.0 if self.func in MINUTE_AGGREGATES else out
 
 
 class EvalContext:
@@ -352,10 +369,10 @@ class _Compiler:
     def below_for_window(self, ln: ast.AST, a: _Node, op: ast.cmpop, rn: ast.AST, b: _Node) -> None:
         """``below_for(m, x) >= 30`` looks back 30 minutes: that is the rule's window."""
         for agg, other_node, other, ops in ((a, rn, b, (ast.Gt, ast.GtE)), (b, ln, a, (ast.Lt, ast.LtE))):
-            if agg.agg is None or agg.agg.func != "below_for" or other.const is None:
+            if agg.agg is None or agg.agg.func not in MINUTE_AGGREGATES or other.const is None:
                 continue
             if self.is_duration(other_node):
-                raise self.fail(other_node, "below_for() is in minutes: compare it with a plain number")
+                raise self.fail(other_node, f"{agg.agg.func}() is in minutes: compare it with a plain number")
             if isinstance(op, ops):
                 self.window_s = max(self.window_s, other.const * 60.0)
 

@@ -46,6 +46,8 @@ PLACEHOLDERS: Mapping[str, str] = {
     "window": "the rule's window, e.g. 30m",
     "gpu_hours": "GPU-hours wasted",
     "cost": "money wasted",
+    "evidence": "the values the rule's busy_share, zero_for, watched_for and below_for read, in words",
+    "class": "the workload's class (service, batch, interactive, unknown)",
 }
 
 
@@ -73,6 +75,8 @@ class RuleSpec(BaseModel):
     enabled: bool = True
     #: ``false``: an owner's snooze does not hold this rule's findings (admins decide which).
     snoozable: bool = True
+    #: Workload classes the rule judges (service, batch, interactive, unknown); empty: all.
+    classes: list[Literal["service", "batch", "interactive", "unknown"]] = Field(default_factory=list)
 
 
 class RulePack(BaseModel):

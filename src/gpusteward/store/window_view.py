@@ -42,6 +42,7 @@ _FAMILY = {
     "max": "fmax",
     "last": "scan",
     "below_for_s": "scan",
+    "watched_s": "scan",
     "slope": "slope",
 }
 #: Below this many GPUs the aggregates are computed on the calling thread.
@@ -351,6 +352,19 @@ class WindowView:
             return out
 
         return self._memoised(("below_for", m, x), run)
+
+    def watched_s(self, m: Metric) -> FloatArray:
+        """How long the GPU's current holder has been watched, up to the window: now minus the
+        start of the oldest present sample's interval (as in ``below_for_s``); NaN without data."""
+
+        def run() -> FloatArray:
+            oldest = self._find_slot(m, -math.inf, newest=False)
+            out = self._empty()
+            have = np.flatnonzero(oldest != NO_SLOT)
+            out[have] = np.maximum(self._now_s - self._slot_time(oldest[have]) + self.interval_s, 0.0)
+            return out
+
+        return self._memoised(("watched", m), run)
 
     def age_s(self) -> FloatArray:
         """Seconds since the newest present sample of any metric; inf when there is none."""

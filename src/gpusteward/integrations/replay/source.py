@@ -15,6 +15,7 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 
+from gpusteward.analysis.classes import CLASS_KEY
 from gpusteward.domain.errors import ExecutionError
 from gpusteward.domain.models import (
     Decision,
@@ -93,6 +94,8 @@ class ReplaySource:
                 gpu_uuids=tuple(self._uuids[g] for g in tw.gpus),
                 started_at=utc(tw.started_at + self.offset_s),
                 source=self.name,
+                # A trace says nothing about what each workload is: judge it by behaviour.
+                labels={CLASS_KEY: "unknown"},
                 ref={REF_KEY: str(i)},
             )
         return hit

@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from gpusteward.analysis.classes import CLASS_KEY
 from gpusteward.domain.models import PROTECT_KEY, Gpu, Observation, Owner, Sample, Workload
 from gpusteward.integrations.sim.behaviours import CHECKPOINTS, Behaviour, Mode
 from gpusteward.integrations.sim.records import EndHow, Ending, Event, Score, Truth
@@ -36,6 +37,10 @@ _INF = math.inf
 def _hour_of_day(at: datetime) -> float:
     u = at.astimezone(UTC)
     return u.hour + u.minute / 60.0 + u.second / 3600.0
+
+
+#: The class an integration would report for each behaviour (a Deployment, a Notebook, a Job).
+_CLASS = {Behaviour.INFERENCE: "service", Behaviour.NOTEBOOK: "interactive"}
 
 
 class SimCluster:
@@ -199,7 +204,7 @@ class SimCluster:
     def _start(self, arrival: Arrival, t: float, idx: list[int]) -> None:
         row, plan = arrival.row, arrival.plan
         wid = f"{row.kind.value}-{arrival.seq:04d}"
-        labels = {"team": row.team, "user": arrival.user}
+        labels = {"team": row.team, "user": arrival.user, CLASS_KEY: _CLASS.get(row.behaviour, "batch")}
         if row.protect:
             labels[PROTECT_KEY] = "true"
         workload = Workload(
