@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
@@ -58,6 +58,10 @@ def _longest_match(table: Mapping[str, float], name: str) -> str | None:
     return max(keys, key=len) if keys else None
 
 
+#: A price per GPU-hour as a config may give one.
+Price = Annotated[float, Field(ge=0.0, le=1_000_000)]
+
+
 class PriceTable(BaseModel):
     """Price per GPU-hour by model; the longest key found in the model name wins.
 
@@ -68,11 +72,11 @@ class PriceTable(BaseModel):
     waste and savings are counted at (``price_for``).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     currency: str = "USD"
-    default_per_hour: float = Field(default=1.0, ge=0.0)
-    per_model: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+    default_per_hour: float = Field(default=1.0, ge=0.0, le=1_000_000)
+    per_model: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
     rate: Rate = Field("on-demand", description="The rate waste and savings are priced at.")
     reserved_discount: float = Field(
         DEFAULT_RESERVED_DISCOUNT, ge=0.0, le=1.0, description="Reserved price = on-demand x (1 - this)."
@@ -80,21 +84,23 @@ class PriceTable(BaseModel):
     spot_discount: float = Field(
         DEFAULT_SPOT_DISCOUNT, ge=0.0, le=1.0, description="Spot price = on-demand x (1 - this)."
     )
-    reserved_per_model: dict[str, float] = Field(
+    reserved_per_model: dict[str, Price] = Field(
         default_factory=dict, description="Reserved prices by model, over the discount."
     )
-    spot_per_model: dict[str, float] = Field(
+    spot_per_model: dict[str, Price] = Field(
         default_factory=dict, description="Spot prices by model, over the discount."
     )
     electricity_per_kwh: float | None = Field(
         None,
         ge=0.0,
+        le=1000,
         description="Price of a kWh: adds the measured power draw of wasting GPUs to their cost. "
         "Leave unset on clouds, where power is part of the hourly price.",
     )
     savings_horizon_hours: float = Field(
         2.0,
         ge=0.0,
+        le=8760,
         description="How long a stopped idle workload is assumed to have held its GPUs otherwise: "
         "the live ledger credits a stop with its GPUs for this long (a backtest measures it).",
     )

@@ -17,7 +17,7 @@ Language = Literal["en", "zh"]
 
 
 class Route(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     urls: list[str] = Field(min_length=1, description="apprise URLs (slack://, dingtalk://, mailto://, ...).")
     language: Language | None = Field(None, description="en or zh; unset: notify.language.")
@@ -43,14 +43,14 @@ class Route(BaseModel):
 class NotifySettings(BaseModel):
     """Owners and admins hear on their own channels (through apprise, `pip install gpusteward[notify]`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     language: Language = Field("en", description="Language of notices unless a route names its own.")
     default: Route | None = Field(None, description="Owners without an owner or team route.")
     teams: dict[str, Route] = Field(default_factory=dict, description="Team / namespace / account → route.")
     owners: dict[str, Route] = Field(default_factory=dict, description="User → route (wins over the team's).")
     admins: Route | None = Field(None, description="Approval requests and digests.")
-    timeout_seconds: float = Field(10.0, gt=0, description="Per-channel send timeout.")
+    timeout_seconds: float = Field(10.0, gt=0, le=600, description="Per-channel send timeout.")
 
     @property
     def configured(self) -> bool:

@@ -30,7 +30,7 @@ class ParkingSettings(BaseModel):
     """L4: park (cordon on Kubernetes, drain on Slurm) nodes whose GPUs all sit free during a
     low-load window, and unpark them when the window ends or demand returns."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enabled: bool = Field(False, description="Park idle nodes at all (off by default).")
     windows: list[str] = Field(
@@ -45,22 +45,28 @@ class ParkingSettings(BaseModel):
         "no parking when its uncertainty band crosses the pool's SLO headroom.",
     )
     min_free_gpus: int = Field(
-        8, ge=0, description="Free GPUs kept on unparked nodes per pool; fewer unparks nodes (demand)."
+        8,
+        ge=0,
+        le=1_000_000,
+        description="Free GPUs kept on unparked nodes per pool; fewer unparks nodes (demand).",
     )
     min_spare_nodes: int = Field(
-        1, ge=0, description="Wholly free nodes kept unparked per pool, on top of min_free_gpus."
+        1, ge=0, le=100_000, description="Wholly free nodes kept unparked per pool, on top of min_free_gpus."
     )
     idle_minutes: float = Field(
-        60.0, gt=0, description="Minutes every GPU of a node must be free and idle before it is parked."
+        60.0,
+        gt=0,
+        le=10080,
+        description="Minutes every GPU of a node must be free and idle before it is parked.",
     )
     idle_util_pct: float = Field(
         5.0, ge=0, le=100, description="A free GPU at or under this utilisation counts as idle."
     )
     max_per_tick: int = Field(
-        2, ge=1, description="Nodes parked in one tick, at most (unparking is not capped)."
+        2, ge=1, le=10_000, description="Nodes parked in one tick, at most (unparking is not capped)."
     )
     prewarm_minutes: float = Field(
-        30.0, ge=0, description="Unpark this long before a window ends or a predicted rise starts."
+        30.0, ge=0, le=10080, description="Unpark this long before a window ends or a predicted rise starts."
     )
     pools: list[str] = Field(
         default_factory=list, description="Only nodes of these GPU pools are parked (empty: every pool)."

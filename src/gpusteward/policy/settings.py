@@ -5,7 +5,7 @@ Every model rejects unknown keys, so a typo in a policy file is an error, never 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -14,30 +14,33 @@ from gpusteward.domain.models import PROTECT_KEY, Level
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LadderSettings(_Strict):
     """When each step of the warn → warn → stop → force ladder fires."""
 
     warn_again_after_minutes: float = Field(
-        15.0, ge=0, description="Minutes after the first warning before the second warning."
+        15.0, ge=0, le=10080, description="Minutes after the first warning before the second warning."
     )
     graceful_stop_after_minutes: float = Field(
         30.0,
         ge=0,
+        le=10080,
         description="Minutes after the first warning before the graceful stop (checkpoint signal, "
         "then SIGTERM). If this is not later than the second warning, that warning is skipped.",
     )
     force_after_minutes: float = Field(
         10.0,
         ge=0,
+        le=10080,
         description="Minutes after the graceful stop before a force stop, if the workload still "
         "runs and still wastes its GPUs.",
     )
     clear_after_minutes: float = Field(
         10.0,
         ge=0,
+        le=10080,
         description="Minutes the waste must stay gone, on fresh data, before a ladder ends: a short "
         "burst of use, or the first minutes of data after an outage, does not wipe out the warnings "
         "already given. Nothing is done while the waste is not seen.",
@@ -45,6 +48,7 @@ class LadderSettings(_Strict):
     stop_grace_seconds: float = Field(
         120.0,
         ge=0,
+        le=86400,
         description="Seconds executors wait between the checkpoint signal and SIGTERM.",
     )
 
@@ -79,7 +83,7 @@ class BudgetSettings(_Strict):
     """Blast radius: how much stopping (L2 and above) may happen in any hour."""
 
     max_actions_per_hour: int = Field(
-        20, ge=0, description="Most L2+ actions (stops) in any hour, past actions included."
+        20, ge=0, le=100_000, description="Most L2+ actions (stops) in any hour, past actions included."
     )
     max_gpu_share_per_hour: float = Field(
         0.25,
@@ -98,7 +102,7 @@ class ApprovalSettings(_Strict):
         "default; L2 to approve graceful stops too; off: nothing waits).",
     )
     expire_hours: float = Field(
-        2.0, gt=0, description="Hours a request may wait; an expired approval never executes."
+        2.0, gt=0, le=720, description="Hours a request may wait; an expired approval never executes."
     )
 
     @field_validator("min_level", mode="before")
@@ -115,7 +119,7 @@ class ApprovalSettings(_Strict):
 class SnoozeSettings(_Strict):
     """Owners may put their workload aside for a while, within limits set by admins."""
 
-    max_hours: float = Field(24.0, gt=0, description="Longest snooze an owner may ask for.")
+    max_hours: float = Field(24.0, gt=0, le=720, description="Longest snooze an owner may ask for.")
 
 
 class NoticeSettings(_Strict):
@@ -124,6 +128,7 @@ class NoticeSettings(_Strict):
     max_per_owner_per_day: int = Field(
         20,
         ge=1,
+        le=100_000,
         description="Most notices one owner gets per UTC day; the rest are gathered into one digest "
         "notice the next day (each notice is still recorded, marked not sent).",
     )
@@ -134,7 +139,7 @@ class WorkingHoursSettings(_Strict):
 
     enabled: bool = Field(False, description="Hold stops (L2+) outside working hours.")
     timezone: str = Field("UTC", description="IANA time zone of the working hours, e.g. Europe/Berlin.")
-    days: list[int] = Field(
+    days: list[Annotated[int, Field(ge=0, le=6)]] = Field(
         default_factory=lambda: [0, 1, 2, 3, 4], description="Working days, 0 = Monday … 6 = Sunday."
     )
     start_hour: int = Field(9, ge=0, le=23, description="Working hours start (local hour).")
@@ -161,13 +166,6 @@ class WorkingHoursSettings(_Strict):
             raise ValueError(f"unknown time zone {value!r} (use an IANA name like Europe/Berlin)") from None
         return value
 
-    @field_validator("days")
-    @classmethod
-    def _weekdays(cls, value: list[int]) -> list[int]:
-        if any(d < 0 or d > 6 for d in value):
-            raise ValueError("working days are 0 (Monday) to 6 (Sunday)")
-        return value
-
     @model_validator(mode="after")
     def _hours_in_order(self) -> WorkingHoursSettings:
         if self.end_hour <= self.start_hour:
@@ -191,7 +189,7 @@ class PolicySettings(_Strict):
 
     ladder: LadderSettings = Field(default_factory=LadderSettings, description="Escalation timing.")
     startup_grace_minutes: float = Field(
-        15.0, ge=0, description="Minutes after a workload starts before anything is done about it."
+        15.0, ge=0, le=10080, description="Minutes after a workload starts before anything is done about it."
     )
     protect: ProtectSettings = Field(
         default_factory=ProtectSettings, description="Protected users, teams and labels."

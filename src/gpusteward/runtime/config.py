@@ -37,7 +37,7 @@ def default_state_url() -> str:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class SourceSettings(_Section):
@@ -53,14 +53,20 @@ class SourceSettings(_Section):
     nvml: NvmlSourceSettings = Field(default_factory=NvmlSourceSettings)
     replay: ReplaySettings = Field(default_factory=ReplaySettings)
     backoff_max_seconds: float = Field(
-        300, gt=0, description="Longest wait before retrying a source that failed (doubles per failure)."
+        300,
+        gt=0,
+        le=86400,
+        description="Longest wait before retrying a source that failed (doubles per failure).",
     )
 
 
 class StoreSettings(_Section):
     url: str = Field(default_factory=default_state_url, description="SQLAlchemy URL of the state database.")
     window_minutes: float = Field(
-        60, gt=0, description="History kept per GPU in memory; at least the longest rule window."
+        60,
+        gt=0,
+        le=10080,
+        description="History kept per GPU in memory (at most a week); at least the longest rule window.",
     )
 
 
@@ -73,7 +79,7 @@ class RuleSettings(_Section):
 
 class AnalysisSettings(_Section):
     stale_after_seconds: float = Field(
-        180, gt=0, description="A GPU whose newest sample is older than this is never acted on."
+        180, gt=0, le=86400, description="A GPU whose newest sample is older than this is never acted on."
     )
 
 
@@ -90,7 +96,10 @@ class HaSettings(_Section):
         "", description="Namespace of the Lease; empty: the pod's own namespace (kubernetes-lease)."
     )
     lease_seconds: float = Field(
-        15, gt=0, description="How long leadership lasts without renewal before the other replica takes it."
+        15,
+        gt=0,
+        le=3600,
+        description="How long leadership lasts without renewal before the other replica takes it.",
     )
 
 
@@ -101,13 +110,14 @@ class Settings(BaseSettings):
         env_prefix="GPUSTEWARD_",
         env_nested_delimiter="__",
         extra="forbid",
+        allow_inf_nan=False,
         nested_model_default_partial_update=True,
     )
 
     mode: Literal["dry-run", "enforce"] = Field(
         "dry-run", description="dry-run records what would be done; enforce acts."
     )
-    tick_seconds: float = Field(30, gt=0, description="Seconds between two ticks of the loop.")
+    tick_seconds: float = Field(30, ge=1, le=86400, description="Seconds between two ticks of the loop.")
     source: SourceSettings = Field(default_factory=SourceSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     rules: RuleSettings = Field(default_factory=RuleSettings)

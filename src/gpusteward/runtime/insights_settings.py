@@ -13,7 +13,7 @@ from gpusteward.analysis.tide import PoolLimits
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PoolSettings(_Section):
@@ -35,14 +35,16 @@ class PoolSettings(_Section):
         description="busy: the pool's GPUs' mean utilisation summed (two at 50 % are one GPU of "
         "demand); held: GPUs held by workloads.",
     )
-    gpus_per_replica: float = Field(1.0, gt=0, description="GPUs one replica (or node) brings.")
-    min_replicas: int = Field(1, ge=0, description="Never fewer replicas than this.")
-    max_replicas: int | None = Field(None, ge=1, description="Never more replicas than this (none: no cap).")
+    gpus_per_replica: float = Field(1.0, gt=0, le=100_000, description="GPUs one replica (or node) brings.")
+    min_replicas: int = Field(1, ge=0, le=1_000_000, description="Never fewer replicas than this.")
+    max_replicas: int | None = Field(
+        None, ge=1, le=1_000_000, description="Never more replicas than this (none: no cap)."
+    )
     slo_headroom: float = Field(
         0.2, ge=0, lt=1, description="Share of capacity kept free; scaling down never eats into it."
     )
     prewarm_minutes: float = Field(
-        15, ge=0, description="How long a new replica takes to serve: scale-ups start this early."
+        15, ge=0, le=10080, description="How long a new replica takes to serve: scale-ups start this early."
     )
     history_csv: Path | None = Field(
         None, description="A demand CSV (time + column) to start the history from (e.g. a Prometheus export)."
@@ -79,7 +81,9 @@ class ForecastSettings(_Section):
     seasonality: Literal["auto", "none", "daily", "daily+weekly"] = Field(
         "auto", description="auto: the one that forecast the last two days best."
     )
-    refit_hours: float = Field(24, gt=0, description="Refit the model this often; in between it is re-run.")
+    refit_hours: float = Field(
+        24, gt=0, le=8760, description="Refit the model this often; in between it is re-run."
+    )
     band_level: float = Field(0.9, gt=0, lt=1, description="Share of outcomes the prediction band holds.")
     simulations: int = Field(200, ge=20, le=5000, description="Sample paths behind the band.")
     low_load_share: float = Field(
@@ -89,12 +93,16 @@ class ForecastSettings(_Section):
         description="Low-load windows: where the band stays under this share of the peak "
         "(the forecast's or last week's).",
     )
-    plan_every_minutes: float = Field(15, gt=0, description="How often replicas are planned and set.")
-    cooldown_minutes: float = Field(30, ge=0, description="Least time between two scalings of one pool.")
+    plan_every_minutes: float = Field(
+        15, gt=0, le=10080, description="How often replicas are planned and set."
+    )
+    cooldown_minutes: float = Field(
+        30, ge=0, le=10080, description="Least time between two scalings of one pool."
+    )
     history_dir: Path | None = Field(
         None, description="Where per-pool demand rollups are kept across restarts (none: memory only)."
     )
-    history_days: float = Field(35, gt=1, description="History kept per pool.")
+    history_days: float = Field(35, gt=1, le=3660, description="History kept per pool.")
     pools: list[PoolSettings] = Field(default_factory=list, description="The pools to scale with the tide.")
 
 
@@ -105,17 +113,19 @@ class AdviceSettings(_Section):
         5, ge=0, le=100, description="A GPU averaging under this over its life is unused."
     )
     min_life_hours: float = Field(
-        2, ge=0, description="Advise on GPU count only after this much observed life."
+        2, ge=0, le=87600, description="Advise on GPU count only after this much observed life."
     )
     min_requested: int = Field(
-        2, ge=1, description="Advise on GPU count only for workloads asking this many."
+        2, ge=1, le=100_000, description="Advise on GPU count only for workloads asking this many."
     )
     large_util_pct: float = Field(20, ge=0, le=100, description="GPU too large: utilisation under this ...")
-    large_mem_gib: float = Field(10, ge=0, description="... and peak memory under this ...")
-    large_card_gib: float = Field(70, ge=0, description="... on cards with at least this much memory.")
+    large_mem_gib: float = Field(10, ge=0, le=1_000_000, description="... and peak memory under this ...")
+    large_card_gib: float = Field(
+        70, ge=0, le=1_000_000, description="... on cards with at least this much memory."
+    )
     input_busy_pct: float = Field(40, ge=0, le=100, description="Input-bound: SM activity under this ...")
     input_cpu_pct: float = Field(
-        90, ge=0, description="... while the processes use this much CPU (% of a core)."
+        90, ge=0, le=100_000, description="... while the processes use this much CPU (% of a core)."
     )
 
     def thresholds(self) -> AdviceThresholds:
@@ -131,14 +141,20 @@ class InsightsSettings(_Section):
         description="Look for anomalies and right-sizing advice every every_minutes; owners get one "
         "advice notice per episode (off by default: it adds notices to run, scan and backtest).",
     )
-    every_minutes: float = Field(15, gt=0, description="How often; findings hold until the next run.")
+    every_minutes: float = Field(
+        15, gt=0, le=10080, description="How often; findings hold until the next run."
+    )
     window_minutes: float = Field(
-        60, gt=0, description="Look-back of the features (capped at store.window_minutes)."
+        60, gt=0, le=10080, description="Look-back of the features (capped at store.window_minutes)."
     )
     anomalies: bool = Field(True, description="Run the IsolationForest over per-workload features.")
     contamination: float = Field(0.02, gt=0, le=0.5, description="Share of workloads that may be isolated.")
-    min_workloads: int = Field(12, ge=2, description="Fewer workloads than this: no anomaly is judged.")
-    min_z: float = Field(4.0, gt=0, description="Robust z-score a feature needs to be named as a reason.")
+    min_workloads: int = Field(
+        12, ge=2, le=1_000_000, description="Fewer workloads than this: no anomaly is judged."
+    )
+    min_z: float = Field(
+        4.0, gt=0, le=1000, description="Robust z-score a feature needs to be named as a reason."
+    )
     advice: AdviceSettings = Field(default_factory=AdviceSettings)
 
     def anomaly(self) -> AnomalySettings:

@@ -18,10 +18,15 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 
+from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import Metric, Sample
 from gpusteward.store.window_view import _EPS, NO_SLOT, IntArray, WindowView
 
-__all__ = ["NO_SLOT", "WindowStore", "WindowView"]
+__all__ = ["MAX_WINDOW_BYTES", "NO_SLOT", "WindowStore", "WindowView"]
+
+#: The most memory the rings may take. A long window at a short tick on many GPUs is refused
+#: with the settings to change, before numpy is asked for the memory (and the host swaps or dies).
+MAX_WINDOW_BYTES = 8 * 2**30
 
 
 def _clean(vals: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -47,6 +52,7 @@ class WindowStore:
         self.n_slots = max(1, math.ceil(window_s / interval_s - _EPS))
         self.metrics: tuple[Metric, ...] = tuple(dict.fromkeys(metrics))
         self._cap = max(1, int(capacity))
+        self._check_memory(self._cap)
         self._rings = {m: np.full((self.n_slots, self._cap), np.nan, dtype=np.float32) for m in self.metrics}
         self._slot_of_row: IntArray = np.full(self.n_slots, NO_SLOT, dtype=np.int64)
         self._head: int | None = None
@@ -59,6 +65,15 @@ class WindowStore:
 
     def __len__(self) -> int:
         return len(self._uuids)
+
+    def _check_memory(self, capacity: int, gpus: int | None = None) -> None:
+        need = self.n_slots * capacity * len(self.metrics) * np.dtype(np.float32).itemsize
+        if need > MAX_WINDOW_BYTES:
+            raise ConfigError(
+                f"the metric window for {gpus or capacity} GPUs would take {need / 2**30:.1f} GiB "
+                f"({self.n_slots} slots of {self.interval_s:g} s x {len(self.metrics)} metrics); at most "
+                f"{MAX_WINDOW_BYTES / 2**30:.0f} GiB: shorten store.window_minutes or lengthen tick_seconds"
+            )
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -95,6 +110,7 @@ class WindowStore:
             cap = self._cap
             while cap < len(self._uuids):
                 cap *= 2
+            self._check_memory(cap, len(self._uuids))
             for m, old in self._rings.items():
                 self._rings[m] = np.full((self.n_slots, cap), np.nan, dtype=np.float32)
                 self._rings[m][:, : self._cap] = old

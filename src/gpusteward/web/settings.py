@@ -19,7 +19,7 @@ def parse_listen(text: str) -> tuple[str, int]:
 class ServerSettings(BaseModel):
     """/metrics and the Alertmanager receiver (POST /api/v1/alertmanager)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     listen: str | None = Field(
         None, description="HOST:PORT to serve on (e.g. 0.0.0.0:9400); unset: none. `run --listen` overrides."
@@ -27,7 +27,9 @@ class ServerSettings(BaseModel):
     alertmanager_token: SecretStr | None = Field(
         None, description="When set, the receiver needs `Authorization: Bearer <token>`."
     )
-    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Larger webhook bodies get 413.")
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, gt=0, le=1024**3, description="Larger webhook bodies get 413."
+    )
 
     @field_validator("listen")
     @classmethod
@@ -40,7 +42,7 @@ class ServerSettings(BaseModel):
 class WebSettings(BaseModel):
     """The web admin: pages, the JSON API under /api/v1, sessions and one-click links."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     listen: str = Field(
         "127.0.0.1:8080", description="HOST:PORT for `gpusteward serve` (its --host/--port override)."
@@ -55,8 +57,10 @@ class WebSettings(BaseModel):
         description="Key that signs session cookies and one-click links. Unset: a random key kept "
         "in the state database (shared by every process on it).",
     )
-    session_hours: float = Field(12.0, gt=0, description="How long a login lasts.")
-    link_hours: float = Field(24.0, gt=0, description="How long a one-click approve/snooze link works.")
+    session_hours: float = Field(12.0, gt=0, le=720, description="How long a login lasts.")
+    link_hours: float = Field(
+        24.0, gt=0, le=720, description="How long a one-click approve/snooze link works."
+    )
     secure_cookies: bool = Field(
         False, description="Send the session cookie only over HTTPS (turn on behind a TLS proxy)."
     )

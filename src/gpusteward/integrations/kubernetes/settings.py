@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class KubernetesSourceSettings(BaseModel):
     """GPU pods from the Kubernetes API, joined with a metric source's GPUs and samples."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     config: Literal["auto", "in-cluster", "kubeconfig"] = Field(
         "auto",
@@ -38,21 +38,29 @@ class KubernetesSourceSettings(BaseModel):
         "", description="The agent's namespace; empty: POD_NAMESPACE or the service account's namespace."
     )
     resync_seconds: float = Field(
-        300, ge=10, description="Full re-list of pods and nodes this often (the watch runs in between)."
+        300,
+        ge=10,
+        le=86400,
+        description="Full re-list of pods and nodes this often (the watch runs in between).",
     )
-    request_timeout_seconds: float = Field(10, gt=0, description="Longest wait for one API request.")
+    request_timeout_seconds: float = Field(10, gt=0, le=3600, description="Longest wait for one API request.")
     list_page_size: int = Field(
         500,
         ge=0,
+        le=100_000,
         description="List pods and nodes in pages of this many (limit/continue), sparing the API "
         "server one huge response; 0: all in one request.",
     )
     scale_to_replicas: int = Field(
-        0, ge=0, description="L2 on a Deployment/StatefulSet/LeaderWorkerSet scales it to this many replicas."
+        0,
+        ge=0,
+        le=100_000,
+        description="L2 on a Deployment/StatefulSet/LeaderWorkerSet scales it to this many replicas.",
     )
     eviction_grace_seconds: int | None = Field(
         None,
         ge=0,
+        le=86400,
         description="Termination grace of an evicted pod; default policy.ladder.stop_grace_seconds.",
     )
     force_delete_namespaces: list[str] = Field(

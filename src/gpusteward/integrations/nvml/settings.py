@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class NvmlSourceSettings(BaseModel):
     """One node's GPUs through NVML, its processes through /proc, and how they are stopped."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     proc_root: Path = Field(
         Path("/proc"),
@@ -42,18 +42,24 @@ class NvmlSourceSettings(BaseModel):
         "gpusteward.io/checkpoint-signal annotation or GPUSTEWARD_CHECKPOINT_SIGNAL; empty: none.",
     )
     term_wait_seconds: float = Field(
-        10.0, ge=0, description="After SIGTERM (L2), how long to wait for the process to exit."
+        10.0, ge=0, le=3600, description="After SIGTERM (L2), how long to wait for the process to exit."
     )
     kill_wait_seconds: float = Field(
-        10.0, ge=0, description="After SIGKILL (L3), how long to wait for it to exit and free GPU memory."
+        10.0,
+        ge=0,
+        le=3600,
+        description="After SIGKILL (L3), how long to wait for it to exit and free GPU memory.",
     )
-    poll_seconds: float = Field(0.2, gt=0, description="How often the executor re-checks while it waits.")
+    poll_seconds: float = Field(
+        0.2, ge=0.01, le=60, description="How often the executor re-checks while it waits."
+    )
     write_burst_bytes_per_second: float = Field(
         50 * 1024 * 1024,
         gt=0,
+        le=2**50,
         description="A holding process writing faster than this is saving a checkpoint, not idle: it is "
         "excluded from action for checkpoint_exclude_minutes.",
     )
     checkpoint_exclude_minutes: float = Field(
-        10.0, ge=0, description="How long a write burst keeps a process from being acted on."
+        10.0, ge=0, le=10080, description="How long a write burst keeps a process from being acted on."
     )

@@ -12,10 +12,12 @@ from gpusteward.integrations.prometheus.parse import FIELDS, LabelMap
 class MetricOverride(BaseModel):
     """An extra (or renamed) exporter metric: which field it feeds and by what factor."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     field: str = Field(description="gpu_util_pct, mem_used_mib, ..., mem_total_mib, gr_engine_pct.")
-    scale: float = Field(1.0, description="Multiplier into the field's unit (1/1048576 for bytes → MiB).")
+    scale: float = Field(
+        1.0, ge=-1e12, le=1e12, description="Multiplier into the field's unit (1/1048576 for bytes → MiB)."
+    )
 
     @field_validator("field")
     @classmethod
@@ -28,7 +30,7 @@ class MetricOverride(BaseModel):
 class PrometheusSourceSettings(BaseModel):
     """Read dcgm-exporter (and jobstats, nvidia_gpu_exporter) metrics from Prometheus or VictoriaMetrics."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     url: str = Field("http://127.0.0.1:9090", description="Base URL of the Prometheus HTTP API.")
     bearer_token: SecretStr | None = Field(None, description="Sent as `Authorization: Bearer ...`.")
@@ -37,20 +39,25 @@ class PrometheusSourceSettings(BaseModel):
     password: SecretStr | None = Field(None, description="Basic-auth password.")
     tls_verify: bool = Field(True, description="Verify the server's TLS certificate.")
     ca_file: Path | None = Field(None, description="CA bundle to verify the server with.")
-    timeout_seconds: float = Field(10, gt=0, description="Longest wait for one query's answer.")
-    connect_timeout_seconds: float = Field(3, gt=0, description="Longest wait to connect.")
+    timeout_seconds: float = Field(10, gt=0, le=3600, description="Longest wait for one query's answer.")
+    connect_timeout_seconds: float = Field(3, gt=0, le=600, description="Longest wait to connect.")
     max_samples_per_query: int = Field(
         5_000_000,
         ge=1000,
+        le=1_000_000_000,
         description="Split queries by GPU so that none loads more samples (keep under query.max-samples).",
     )
     query_step_seconds: float | None = Field(
         None,
-        gt=0,
+        ge=1,
+        le=86400,
         description="Step of the start-up range queries; default tick_seconds (one per window slot).",
     )
     fetch_overlap_seconds: float = Field(
-        15, ge=0, description="Each tick re-reads this much before the last fetch, for late-ingested samples."
+        15,
+        ge=0,
+        le=86400,
+        description="Each tick re-reads this much before the last fetch, for late-ingested samples.",
     )
     selector: str = Field(
         "", description='Extra label matchers added to every query, e.g. `cluster="a"` (no braces).'

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class ReplaySettings(BaseModel):
     """Where the trace is and how to play it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     trace: Path | None = Field(
         None, description="Trace file (CSV or Parquet long table, Philly windows, Helios sequence)."

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class SimSourceSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     nodes: int = Field(8, ge=1, le=4096, description="Simulated nodes.")
     gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs per simulated node.")

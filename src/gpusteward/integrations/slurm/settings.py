@@ -55,11 +55,18 @@ class SlurmAdviceSettings(_Section):
     """Time-limit advice from the owner's finished jobs (`gpusteward slurm advice`)."""
 
     history_days: float = Field(30, gt=0, le=3660, description="How far back sacct looks for finished jobs.")
-    min_jobs: int = Field(5, ge=1, le=1_000_000, description="Finished jobs a user needs before advice is given.")
-    limit_factor: float = Field(
-        3.0, gt=1, le=1000, description="Advise when the time limit exceeds this multiple of the user's p90 runtime."
+    min_jobs: int = Field(
+        5, ge=1, le=1_000_000, description="Finished jobs a user needs before advice is given."
     )
-    min_limit_minutes: float = Field(120, ge=0, le=525_600, description="No advice on time limits shorter than this.")
+    limit_factor: float = Field(
+        3.0,
+        gt=1,
+        le=1000,
+        description="Advise when the time limit exceeds this multiple of the user's p90 runtime.",
+    )
+    min_limit_minutes: float = Field(
+        120, ge=0, le=525_600, description="No advice on time limits shorter than this."
+    )
 
 
 class SlurmSourceSettings(_Section):
@@ -76,7 +83,9 @@ class SlurmSourceSettings(_Section):
         default_factory=dict,
         description="Per command, a path or name: squeue, scontrol, scancel, sacct, getent.",
     )
-    command_timeout_seconds: float = Field(30, gt=0, le=3600, description="Longest wait for one Slurm command.")
+    command_timeout_seconds: float = Field(
+        30, gt=0, le=3600, description="Longest wait for one Slurm command."
+    )
     format: Literal["auto", "json", "text"] = Field(
         "auto", description="auto: squeue --json, or scontrol's text where this Slurm has no JSON."
     )
@@ -102,7 +111,10 @@ class SlurmSourceSettings(_Section):
         "cancel", description="L3: scancel --full, or scontrol requeue for jobs that allow requeueing."
     )
     grace_poll_seconds: float = Field(
-        2, ge=0.1, le=600, description="How often a graceful stop checks whether the job has ended during its grace."
+        2,
+        ge=0.1,
+        le=600,
+        description="How often a graceful stop checks whether the job has ended during its grace.",
     )
     protect: SlurmProtectSettings = Field(default_factory=SlurmProtectSettings)
     contact: SlurmContactSettings = Field(default_factory=SlurmContactSettings)
