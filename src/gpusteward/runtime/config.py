@@ -32,8 +32,12 @@ from gpusteward.web.settings import ServerSettings, WebSettings
 
 def default_state_url() -> str:
     """SQLite in the XDG state directory, so commands run from any folder share one state."""
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return f"sqlite:///{base / 'gpusteward' / 'gpusteward.db'}"
+    folder = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "gpusteward"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)  # a new machine has none; SQLite will not create it
+    except OSError:
+        pass  # opening the store then names the path and the reason
+    return f"sqlite:///{folder / 'gpusteward.db'}"
 
 
 class _Section(BaseModel):
@@ -63,7 +67,7 @@ class SourceSettings(_Section):
 class StoreSettings(_Section):
     url: str = Field(default_factory=default_state_url, description="SQLAlchemy URL of the state database.")
     window_minutes: float = Field(
-        60,
+        240,  # the default service rule reads 3.5 h; 4 bytes per metric per tick per GPU
         gt=0,
         le=10080,
         description="History kept per GPU in memory (at most a week); at least the longest rule window.",
