@@ -18,6 +18,7 @@ from gpusteward.cli import views
 from gpusteward.cli.exits import exit_on_errors, fail
 from gpusteward.cli.state import ConfigOpt, JsonOpt, open_store, print_json
 from gpusteward.store import audit_chain
+from gpusteward.store.files import atomic_text
 
 audit_app = typer.Typer(
     help=(
@@ -123,7 +124,8 @@ def export(
         _, store = open_store(config)
         conn = stack.enter_context(store.transaction("export audit log"))
         sink: TextIO = (
-            stack.enter_context(output.open("w", newline="", encoding="utf-8")) if output else sys.stdout
+            # All or nothing: a full disk leaves the old file, not a truncated export.
+            stack.enter_context(atomic_text(output, newline="")) if output else sys.stdout
         )
         rows = audit_chain.export_rows(conn)
         n = 0

@@ -3,7 +3,10 @@ cluster report plus one per team."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
@@ -17,6 +20,7 @@ from gpusteward.report.charts import bar_chart, fmt, hbar_chart
 from gpusteward.report.figures import BUCKETS, ReportData, gather
 from gpusteward.report.insight_rows import gather_insights
 from gpusteward.store.db import StateStore
+from gpusteward.store.files import ensure_folder, write_text
 from gpusteward.store.ledger import LedgerStore
 
 Period = Literal["day", "week", "month"]
@@ -87,7 +91,20 @@ def render(data: ReportData, *, links: dict[str, str] | None = None) -> str:
 
 
 def slug(team: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", team).strip("-.") or "team"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", team).strip("-.")[:60] or "team"
+
+
+def team_files(teams: Iterable[str]) -> dict[str, str]:
+    """A distinct, safe file name per team. ``team-<name>.html`` where the name is safe as it
+    is; otherwise, or where two names differ only in case (one file on macOS), the slug plus a
+    hash of the name: ``a/b`` and ``a-b``, or ``..`` and ``team``, must not share a page."""
+
+    def hashed(team: str) -> str:
+        return f"team-{slug(team)}-{hashlib.sha256(team.encode()).hexdigest()[:10]}.html"
+
+    names = {t: f"team-{t}.html" if slug(t) == t else hashed(t) for t in teams}
+    count = Counter(n.lower() for n in names.values())
+    return {t: hashed(t) if count[n.lower()] > 1 else n for t, n in names.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,14 +131,14 @@ def write_reports(
     start, stop = period_bounds(ledger, period, end)
     cluster = gather(ledger, start, stop, currency=currency, rate=rate)
     cluster.insights = gather_insights(store, start, stop)
-    out.mkdir(parents=True, exist_ok=True)
-    links = {team: f"team-{slug(team)}.html" for team in cluster.teams}
-    written = [Written("cluster", out / "index.html")]
-    written[0].path.write_text(render(cluster, links=links), encoding="utf-8")
+    ensure_folder(out)
+    links = team_files(cluster.teams)
+    # Team pages first, the index last: the index never links to a page that failed to write.
+    written = []
     for team, name in links.items():
         data = gather(ledger, start, stop, team=team, currency=currency, rate=rate)
         data.insights = gather_insights(store, start, stop, team=team)
-        path = out / name
-        path.write_text(render(data), encoding="utf-8")
-        written.append(Written(team, path))
-    return written
+        write_text(out / name, render(data))
+        written.append(Written(team, out / name))
+    write_text(out / "index.html", render(cluster, links=links))
+    return [Written("cluster", out / "index.html"), *written]
