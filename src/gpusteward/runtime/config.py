@@ -7,6 +7,7 @@ Unknown keys are errors (a typo must never be silently ignored). Environment var
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -33,10 +34,10 @@ from gpusteward.web.settings import ServerSettings, WebSettings
 def default_state_url() -> str:
     """SQLite in the XDG state directory, so commands run from any folder share one state."""
     folder = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "gpusteward"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)  # a new machine has none; SQLite will not create it
-    except OSError:
-        pass  # opening the store then names the path and the reason
+    # A new machine has none and SQLite will not create it; if this fails, opening the store
+    # names the path and the reason.
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder / 'gpusteward.db'}"
 
 
