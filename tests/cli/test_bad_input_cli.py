@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpusteward.cli import app
+from gpusteward.store.db import StateStore
 
 runner = CliRunner()
 
@@ -71,3 +72,25 @@ def test_backtest_tick_out_of_range_exits_2(env: Path, hanging_trace: Path, tick
     code, out = invoke("backtest", "--trace", hanging_trace, "--tick-seconds", tick)
     assert code == 2
     assert "--tick-seconds" in out
+
+
+def test_scan_on_a_new_machine_creates_the_state_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GPUSTEWARD_STORE__URL", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "fresh" / "state"))  # does not exist yet
+    code, out = invoke("scan", "--json")
+    assert code == 0, out
+    assert (tmp_path / "fresh" / "state" / "gpusteward" / "gpusteward.db").is_file()
+
+
+def test_run_on_a_read_only_database_stops_with_one_line(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = env / "state.db"
+    StateStore(f"sqlite:///{db}").create_schema()
+    monkeypatch.setenv("GPUSTEWARD_STORE__URL", f"sqlite:///file:{db}?mode=ro&uri=true")
+    code, out = invoke("run", "--max-ticks", "2")
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[-1].startswith("error: the state database")
+    assert "readonly" in lines[-1]
+    assert "Traceback" not in out

@@ -36,6 +36,7 @@ from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.loop import StopFlag
 from gpusteward.scenarios import demo as demo_mod
 from gpusteward.store.db import StateStore
+from gpusteward.store.probe import check_writable
 from gpusteward.store.writer_lock import hold_writer_lock
 from gpusteward.web.serve import run_with_server
 
@@ -178,6 +179,7 @@ def run(
         # Held until this process ends: a second `run` on the same SQLite file stops here.
         writer = hold_writer_lock(settings.store.url)
         steward, _ = build_steward(settings, source_name=source)
+        check_writable(steward.store)  # a read-only database: one line now, not a traceback a tick
         stop = StopFlag()
         signal.signal(signal.SIGTERM, stop.set)
         signal.signal(signal.SIGINT, stop.set)
