@@ -5,10 +5,12 @@ same state file."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,7 +19,10 @@ from pathlib import Path
 import pytest
 
 from gpusteward.domain.models import ActionStatus
+from gpusteward.store import audit_chain
 from gpusteward.store.db import StateStore
+
+from . import crash_world
 
 AGENT = Path(__file__).with_name("crash_agent.py")
 
@@ -107,3 +112,72 @@ def test_sigkill_mid_action_then_restart_loses_and_repeats_nothing(tmp_path: Pat
     assert store.load_ladders(dry_run=False) == {}
     assert store.open_findings() == []
     store.close()
+
+
+def _life(root: Path, kill_at: int | None) -> int:
+    """One agent life in a forked child (the imports are paid once); its wait status."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            crash_world.run_agent(root, kill_at)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    return os.waitpid(pid, 0)[1]
+
+
+def _check_settled(root: Path, kills: list[tuple[str, str]]) -> None:
+    store = StateStore(f"sqlite:///{root / 'state.db'}")
+    with store.transaction("verify") as conn:
+        report = audit_chain.verify(conn)
+    assert report.ok, report.problem  # intact, and every action state has its record
+    actions = store.actions(limit=1000)
+    assert max(Counter(a.idempotency_key for a in actions).values()) == 1
+    assert max(Counter((a.workload_id, a.step) for a in actions).values()) == 1  # no step twice
+    world = crash_world.World(root).read()
+    for wid in crash_world.JOBS:
+        mine = [a for a in actions if a.workload_id == wid]
+        assert [(a.step, a.status) for a in mine] == [
+            ("warn-1", ActionStatus.SUCCEEDED),
+            ("warn-2", ActionStatus.SUCCEEDED),
+            ("graceful-stop", ActionStatus.SUCCEEDED),
+        ]
+        assert world[wid]["stopped_by"] == [mine[-1].idempotency_key]  # stopped once, by that step
+    assert store.load_ladders(dry_run=False) == {}  # every ladder ended with its workload
+    recorded = Counter(n.notice.dedup_key for n in store.notices(limit=1000) if n.sent)
+    assert max(recorded.values()) == 1
+    # A notice is sent again only when the agent died after sending it and before recording it.
+    delivered = Counter((root / "notices.log").read_text().split())
+    resent = Counter(key for point, key in kills if key)
+    assert all(n - 1 <= resent[key] for key, n in delivered.items()), (delivered, resent)
+    store.close()
+
+
+def test_sigkill_at_random_points_of_the_act_phase_repeats_and_loses_nothing(tmp_path: Path) -> None:
+    """Agents on a cluster kept in files, each SIGKILLed at a random call of the act phase (a
+    state-store write, an executor or notifier call), restarted on the same state until the
+    ladders are done; then a last run without a kill settles what is left."""
+    rng = random.Random(20250602)
+    kills_in_all = scenarios = 0
+    while kills_in_all < 100:
+        root = tmp_path / f"s{scenarios}"
+        root.mkdir()
+        scenarios += 1
+        for _ in range(30):  # lives per scenario; each kill lands on or after the last progress
+            status = _life(root, rng.randint(1, 60))
+            if os.WIFEXITED(status):
+                assert os.WEXITSTATUS(status) == 0
+                break
+            assert os.WTERMSIG(status) == signal.SIGKILL
+            kills_in_all += 1
+        assert _life(root, None) == 0
+        kills_log = root / "kills.log"
+        kills = (
+            [tuple(line.split("\t")) for line in kills_log.read_text().splitlines()]
+            if kills_log.exists()
+            else []
+        )
+        _check_settled(root, kills)  # type: ignore[arg-type]
+    assert kills_in_all >= 100

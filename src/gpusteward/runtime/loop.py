@@ -373,6 +373,14 @@ class Steward:
             ),
             self.policy,
         )
+        # Store each episode that begins now before acting: its first_seen_at names the steps'
+        # idempotency keys, so a crash or a failed save after acting re-emits the same keys (whose
+        # action rows say "done") and never a new episode's. Ladders already stored need nothing.
+        begun = [
+            _untaken(s, None) for w, s in result.states.items() if _episode(states.get(w)) != _episode(s)
+        ]
+        if begun:
+            store.update_ladders(begun, (), dry_run=self.dry_run)
         # Act first, then save the ladders: a crash in between re-emits the same step (same key).
         actions = self.runner.run(result.decisions, workloads)
         held = {a.decision.workload_id: a for a in actions if a.hold is not Hold.NONE}
@@ -391,6 +399,11 @@ class Steward:
         """Fill the window from history so the first tick can already judge."""
         for obs in observations:
             self.ingest(obs)
+
+
+def _episode(state: LadderState | None) -> tuple[str, datetime] | None:
+    """What names a ladder's episode in its idempotency keys."""
+    return None if state is None else (state.incarnation, state.first_seen_at)
 
 
 def _untaken(state: LadderState, prev: LadderState | None) -> LadderState:
