@@ -11,8 +11,8 @@ from tests.sensing.slurm.conftest import NODE, SlurmCluster
 
 from gpusteward.domain.errors import PreflightFailed
 from gpusteward.domain.models import Decision, Level
+from gpusteward.integrations.slurm.commands import SlurmRunner
 from gpusteward.integrations.slurm.node_control import SlurmNodeControl, parse_node_line
-from gpusteward.integrations.slurm.runner import SlurmRunner
 from gpusteward.runtime.parking_executor import PARK_REASON, NodeParkingExecutor, node_workload
 
 NOW = datetime(2026, 1, 5, 22, 30, tzinfo=UTC)
