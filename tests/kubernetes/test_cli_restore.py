@@ -77,8 +77,8 @@ def test_restore_help_teaches() -> None:
 def test_the_registry_builds_the_kubernetes_source_from_a_kubeconfig(tmp_path: Path, server: Any) -> None:
     from gpusteward.integrations.kubernetes.executor import KubernetesExecutor
     from gpusteward.integrations.sim import SimClock
-    from gpusteward.runtime.registry import REGISTRY, build_integration
     from gpusteward.runtime.config import load_settings
+    from gpusteward.runtime.registry import REGISTRY, build_integration
 
     assert "kubernetes" in REGISTRY
     settings = load_settings(config_for(tmp_path, server.url))

@@ -3,6 +3,7 @@ ladder: the episode that names the keys is stored before the first step runs."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -29,10 +30,8 @@ def test_a_ladder_save_that_fails_after_the_first_warning_repeats_no_warning(
     monkeypatch.setattr(store, "update_ladders", disk_full_once)
     reports = []
     for _ in range(40):
-        try:
+        with contextlib.suppress(StoreError):  # the tick fails as a whole; the next one retries
             reports.append(steward.tick())
-        except StoreError:
-            pass  # the tick fails as a whole; the loop retries on the next one
         clock.advance(60)
     assert failed, "no first warning was ever saved"
     actions = store.actions(limit=1000)
@@ -44,5 +43,5 @@ def test_a_ladder_save_that_fails_after_the_first_warning_repeats_no_warning(
     assert max(warned.values()) == 1
     # The ladder of the workload warned in the failed tick is where it should be: past warn-1.
     for wid in failed[0].split(","):
-        assert [a.step for a in actions if a.workload_id == wid][0] == "warn-1"
+        assert next(a.step for a in actions if a.workload_id == wid) == "warn-1"
         assert store.load_ladders(dry_run=False)[wid].step != ""
