@@ -23,6 +23,7 @@ def _config(tmp_path: Path) -> Path:
     config.write_text(
         "source: {name: sim, sim: {scenario: small, history_hours: 1}}\n"
         f"tick_seconds: 3600\nstore: {{url: 'sqlite:///{tmp_path / 'state.db'}'}}\n"
+        "server: {alertmanager_token: am-s3cret}\n"  # run --web mounts the receiver: never anonymous
     )
     return config
 

@@ -90,6 +90,8 @@ def run_with_server(
             labels=labels or LabelMap().with_overrides(pcfg.labels),
             ignore_pods=re.compile(pcfg.exporter_pod_regex) if pcfg.exporter_pod_regex else None,
             max_body_bytes=cfg.max_body_bytes,
+            open_to_anyone=cfg.alertmanager_open,
+            min_wake_interval_s=cfg.alertmanager_min_wake_seconds,
         )
         if web is not None:
             app = web(steward, app)

@@ -25,7 +25,21 @@ class ServerSettings(BaseModel):
         None, description="HOST:PORT to serve on (e.g. 0.0.0.0:9400); unset: none. `run --listen` overrides."
     )
     alertmanager_token: SecretStr | None = Field(
-        None, description="When set, the receiver needs `Authorization: Bearer <token>`."
+        None,
+        description="The receiver needs `Authorization: Bearer <token>`. Without it (and without "
+        "alertmanager_open) the receiver is not started: `run --listen` stops with a config error.",
+    )
+    alertmanager_open: bool = Field(
+        False,
+        description="Take alerts without a token, from anyone who can reach the port (a trusted "
+        "network only): each firing alert can make the agent tick early.",
+    )
+    alertmanager_min_wake_seconds: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description="At most one early tick per this many seconds; alerts meanwhile add their "
+        "reasons to the next one.",
     )
     max_body_bytes: int = Field(
         4 * 1024 * 1024, gt=0, le=1024**3, description="Larger webhook bodies get 413."

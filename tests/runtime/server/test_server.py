@@ -39,7 +39,9 @@ class Served:
 
 def _serve(token: str | None = None, max_body: int = 1 << 20) -> Iterator[Served]:
     metrics, wake = StewardMetrics(), Wake()
-    server = BackgroundServer(create_app(metrics, wake, token=token, max_body_bytes=max_body), "127.0.0.1", 0)
+    # Without a token the receiver is opened explicitly (server.alertmanager_open).
+    app = create_app(metrics, wake, token=token, max_body_bytes=max_body, open_to_anyone=token is None)
+    server = BackgroundServer(app, "127.0.0.1", 0)
     server.start()
     try:
         yield Served(f"http://127.0.0.1:{server.port}", metrics, wake)
@@ -191,6 +193,7 @@ def test_run_listen_serves_metrics_and_an_alert_wakes_the_loop(tmp_path: Path) -
     config.write_text(
         "source: {name: sim, sim: {scenario: small, history_hours: 1}}\n"
         f"tick_seconds: 3600\nstore: {{url: 'sqlite:///{tmp_path / 'state.db'}'}}\n"
+        "server: {alertmanager_open: true}\n"
     )
     port = free_port()
     proc = subprocess.Popen(
