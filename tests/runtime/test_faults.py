@@ -8,7 +8,7 @@ from sqlalchemy import create_engine, text
 
 from gpusteward.domain.errors import StoreError
 from gpusteward.integrations.sim.behaviours import Behaviour
-from gpusteward.runtime.loop import StopFlag, run_forever
+from gpusteward.runtime.driver import StopFlag, run_forever
 
 from .conftest import small_settings
 

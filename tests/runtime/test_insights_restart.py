@@ -46,7 +46,7 @@ def right_size(insights: Insights, start: int, end: int) -> list[Finding]:
     out: list[Finding] = []
     for at, window in minutes(start, end):
         out = [f for f in insights.findings(window.view(at), GPUS, [WIDE], at) if f.rule == "right-size-gpus"]
-        insights.lead(at)  # the leader's part of the tick: it saves the sums
+        insights.record(at)  # the leader's part of the tick: it saves the sums
     return out
 
 

@@ -199,7 +199,8 @@ def test_the_parked_command_lists_what_is_parked_now(tmp_path: Path, make_stewar
 
 
 def test_the_tide_forecast_becomes_the_pools_window_and_its_band_vetoes_parking(tmp_path: Path) -> None:
-    """ParkingStep.forecasts: the tide's last plan → the planner's view (window, band, pre-warm)."""
+    """ParkingStep.forecasts: the tide's last plan (read through ``TideForecasts``) → the planner's
+    view (window, band, pre-warm)."""
     import numpy as np
 
     from gpusteward.analysis.forecast import Forecast
@@ -218,16 +219,19 @@ def test_the_tide_forecast_becomes_the_pools_window_and_its_band_vetoes_parking(
         pools = [type("P", (), {"name": "a100", "slo_headroom": 0.25})()]
         return type("Tide", (), {"last": [outcome], "settings": type("S", (), {"pools": pools})()})()
 
-    ps = ParkingStep(ParkingSettings(enabled=True, use_forecast=True), None, None, None)  # type: ignore[arg-type]
-    steward = type("St", (), {"insights": type("I", (), {"tide": tide(1.0)})()})()
-    (view,) = ps.forecasts(steward, now).values()  # type: ignore[arg-type]
+    ps = ParkingStep(ParkingSettings(enabled=True, use_forecast=True), None, tide(1.0))  # type: ignore[arg-type]
+    views = ps.forecasts(now)
+    assert views is not None
+    (view,) = views.values()
     assert view.low_start == now
     assert view.low_end == now + timedelta(hours=2)
     assert view.spread_gpus == 1.0
     assert view.slo_headroom == 0.25
     # The window's start stays put across re-forecasts (stable keys); a wider band is passed on.
-    steward.insights.tide = tide(5.0)
-    (later,) = ps.forecasts(steward, now + timedelta(minutes=15)).values()  # type: ignore[arg-type]
+    ps.tide = tide(5.0)
+    views = ps.forecasts(now + timedelta(minutes=15))
+    assert views is not None
+    (later,) = views.values()
     assert later.low_start == now
     assert later.spread_gpus == 5.0
     nodes = [NodeView(f"n{i}", "a100", (f"g{i}a", f"g{i}b"), 0, now - timedelta(hours=9)) for i in range(8)]

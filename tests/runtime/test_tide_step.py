@@ -1,5 +1,6 @@
 """The tide step drives a PoolScaler from a forecast: down in the night's trough, up before the
-morning (pre-warm), never below the minimum, dry-run aware, paused, audited, contained."""
+morning (pre-warm), never below the minimum, dry-run aware, paused, audited, contained. Its
+scalings are decisions carried out by the ``ActionRunner``, as in the tick (``step`` below)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpusteward.domain.models import ActionStatus
+from gpusteward.integrations.sim import SimClock
 from gpusteward.integrations.sim.pool_scaler import SimPoolScaler
+from gpusteward.notify import MemoryNotifier
+from gpusteward.policy.approval import hold_for_approval
+from gpusteward.policy.scaling import scale_replicas
+from gpusteward.policy.settings import ApprovalSettings
 from gpusteward.runtime.demand import DemandHistory
 from gpusteward.runtime.insights_settings import ForecastSettings
-from gpusteward.runtime.tide_step import TideStep, build_scalers
+from gpusteward.runtime.runner import ActionRunner
+from gpusteward.runtime.tide_step import TideOutcome, TideStep, build_scalers
 from gpusteward.store.db import StateStore
 
 pytest.importorskip("statsmodels")
@@ -42,16 +50,60 @@ def settings(**over: object) -> ForecastSettings:
     return ForecastSettings(enabled=True, simulations=200, pools=[pool], **over)  # type: ignore[arg-type]
 
 
-def step_with_history(s: ForecastSettings, store: StateStore | None, *, dry_run: bool, replicas: int = 14):
-    scaler = SimPoolScaler.of({"web": replicas})
-    tide = TideStep(s, {"sim": scaler}, store, dry_run=dry_run, history=DemandHistory())
+class Tide:
+    """A tide step with the runner the tick gives it: ``step`` is its part of one tick."""
+
+    def __init__(self, s: ForecastSettings, store: StateStore, *, dry_run: bool, replicas: int) -> None:
+        self.scaler = SimPoolScaler.of({"web": replicas})
+        self.step_ = TideStep(s, {"sim": self.scaler}, dry_run=dry_run, history=DemandHistory())
+        self.clock = SimClock(DAY0)
+        self.approval = ApprovalSettings(min_level="off")
+        self.runner = ActionRunner(
+            store,
+            self.step_.executors(),
+            MemoryNotifier(),
+            self.clock,
+            dry_run=dry_run,
+            approval=self.approval,
+        )
+
+    @property
+    def history(self) -> DemandHistory:
+        return self.step_.history
+
+    def observe(self, now: datetime, demand: dict[str, float]) -> None:
+        self.step_.observe(now, demand)
+
+    def step(self, now: datetime, demand: dict[str, float] | None = None) -> list[TideOutcome]:
+        """Analyse (forecast, plan), plan (decisions), act (the runner), settle: as the tick does."""
+        self.clock.advance((now - self.clock.now()).total_seconds())
+        tide, store = self.step_, self.runner.store
+        tide.forecast(now, demand or {})
+        decisions = tide.decisions(now, store.is_paused())
+        decisions = hold_for_approval(decisions, None, now, self.approval)
+        results = self.runner.run(decisions, tide.workloads())
+        store.record_decisions(decisions)
+        tide.settle(now, decisions, results)
+        return tide.last
+
+
+def step_with_history(s: ForecastSettings, store: StateStore, *, dry_run: bool, replicas: int = 14):
+    tide = Tide(s, store, dry_run=dry_run, replicas=replicas)
     rng = np.random.default_rng(0)
     t = DAY0.timestamp() + STEP * np.arange(9 * 96)  # nine days of history
     tide.history.extend("web", t.tolist(), (tidal_demand(t) + rng.normal(0, 0.2, t.size)).tolist())
-    return tide, scaler
+    return tide, tide.scaler
 
 
-def feed(tide: TideStep, until: datetime) -> None:
+def scalings(store: StateStore) -> list[tuple[str, tuple[int, int] | None, ActionStatus, bool]]:
+    """Every scaling action: its step, the replicas before and after, its status, dry-run."""
+    return [
+        (a.step, scale_replicas(a.idempotency_key), a.status, a.dry_run)
+        for a in sorted(store.actions(limit=100), key=lambda a: a.id)
+    ]
+
+
+def feed(tide: Tide, until: datetime) -> None:
     """Ticks of the day so far: the demand the loop would have observed every 5 minutes."""
     t = DAY0 + timedelta(days=9)
     while t < until:
@@ -89,22 +141,24 @@ def test_scales_down_in_the_trough_and_prewarms_before_the_peak(store: StateStor
     assert o.status == "scaled"
     assert "pre-warm" in o.detail
     assert scaler.pools["web"] == 13  # ~10.3 GPUs upper band / 0.8
-    events = [
-        (a.event, a.payload["previous_replicas"], a.payload["target_replicas"]) for a in store.audit_log()
+    assert scalings(store) == [
+        ("scale-down", (14, 3), ActionStatus.SUCCEEDED, False),
+        ("scale-up", (3, 13), ActionStatus.SUCCEEDED, False),
     ]
-    assert events == [("tide-scale", 14, 3), ("tide-scale", 3, 13)]
+    assert [r.event for r in store.audit_log()].count("action.succeeded") == 2
 
 
 def test_dry_run_plans_and_audits_but_never_scales(store: StateStore) -> None:
     tide, scaler = step_with_history(settings(), store, dry_run=True)
     (o,) = tide.step(DAY0 + timedelta(days=9, hours=1))
-    assert o.status == "planned"
-    assert o.detail.startswith("[dry-run]")
+    assert o.status == "dry-run"
+    assert "dry-run: would scale-down" in o.detail
     assert scaler.pools["web"] == 14
     assert scaler.calls == []
-    (rec,) = store.audit_log()
-    assert rec.event == "tide-plan"
-    assert rec.payload["dry_run"] is True
+    assert scalings(store) == [("scale-down", (14, 3), ActionStatus.SKIPPED, True)]
+    assert [r.event for r in store.audit_log()] == ["action.dry_run"]
+    # A dry run paces its plans as the real one would: the cooldown holds the next one.
+    assert tide.step(DAY0 + timedelta(days=9, hours=1, minutes=15))[0].status in ("steady", "cooldown")
 
 
 def test_never_below_the_minimum(store: StateStore) -> None:
@@ -114,10 +168,10 @@ def test_never_below_the_minimum(store: StateStore) -> None:
 
 
 def test_a_wide_band_holds_the_scale_down(store: StateStore) -> None:
-    tide, scaler = step_with_history(settings(), None, dry_run=False)
+    tide, scaler = step_with_history(settings(), store, dry_run=False)
     rng = np.random.default_rng(1)
     t = DAY0.timestamp() + STEP * np.arange(9 * 96)
-    tide.history = DemandHistory()
+    tide.step_.history = DemandHistory()
     noisy = np.clip(tidal_demand(t) + rng.normal(0, 2.5, t.size), 0, None)  # demand that jumps a lot
     tide.history.extend("web", t.tolist(), noisy.tolist())
     (o,) = tide.step(DAY0 + timedelta(days=9, hours=1))
@@ -125,6 +179,9 @@ def test_a_wide_band_holds_the_scale_down(store: StateStore) -> None:
     assert o.plan is not None
     assert o.plan.held == "uncertain"
     assert scaler.pools["web"] == 14
+    assert store.actions() == []
+    (held,) = store.decisions_for("pool:web")
+    assert held.reason == o.plan.reason
 
 
 def test_paused_and_cooldown_keep_the_pool_as_it_is(store: StateStore) -> None:
@@ -133,6 +190,7 @@ def test_paused_and_cooldown_keep_the_pool_as_it_is(store: StateStore) -> None:
     (o,) = tide.step(DAY0 + timedelta(days=9, hours=1))
     assert o.status == "paused"
     assert scaler.calls == []
+    assert store.actions() == []
     store.set_paused(False, by="ops", reason="", at=DAY0)
     assert tide.step(DAY0 + timedelta(days=9, hours=1, minutes=15))[0].status == "scaled"
     # Within the cooldown (30 min) the morning scale-up waits.
@@ -144,8 +202,12 @@ def test_a_failing_scaler_is_recorded_and_contained(store: StateStore) -> None:
     scaler.fail.add("web")
     (o,) = tide.step(DAY0 + timedelta(days=9, hours=1))
     assert o.status == "failed"
-    assert "scaling failed" in o.detail
-    assert store.audit_log()[-1].event == "tide-scale-failed"
+    assert "scaling web failed" in o.detail
+    assert scalings(store) == [("scale-down", (14, 3), ActionStatus.FAILED, False)]
+    assert store.audit_log()[-1].event == "action.failed"
+    # Not in cooldown after a failure: the next plan tries again.
+    scaler.fail.clear()
+    assert tide.step(DAY0 + timedelta(days=9, hours=1, minutes=15))[0].status == "scaled"
 
 
 def test_stale_history_changes_nothing(store: StateStore) -> None:
@@ -162,9 +224,9 @@ def test_unknown_pool_and_missing_statsmodels_leave_things_alone(
     store: StateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tide, scaler = step_with_history(settings(), store, dry_run=False)
-    tide.scalers = {"sim": SimPoolScaler.of({"other": 3})}
+    tide.step_.scalers = {"sim": SimPoolScaler.of({"other": 3})}
     assert tide.step(DAY0 + timedelta(days=9))[0].status == "unknown-pool"
-    tide.scalers = {"sim": scaler}
+    tide.step_.scalers = {"sim": scaler}
     monkeypatch.setitem(sys.modules, "statsmodels.tsa.holtwinters", None)
     (o,) = tide.step(DAY0 + timedelta(days=9, hours=1))
     assert o.status == "unavailable"

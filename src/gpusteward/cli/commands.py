@@ -33,7 +33,7 @@ from gpusteward.cli.web import serve as serve_command
 from gpusteward.cli.web import token_app, web_for_run
 from gpusteward.runtime.build import build_steward, load_rules
 from gpusteward.runtime.config import Settings, load_settings
-from gpusteward.runtime.loop import StopFlag
+from gpusteward.runtime.driver import StopFlag
 from gpusteward.scenarios import demo as demo_mod
 from gpusteward.store.db import StateStore
 from gpusteward.store.probe import check_writable

@@ -13,7 +13,7 @@ from gpusteward.cli.exits import err, exit_on_errors
 from gpusteward.integrations.nvml.build import node_collector
 from gpusteward.integrations.nvml.exporter import serve
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.loop import StopFlag
+from gpusteward.runtime.driver import StopFlag
 
 
 def exporter(

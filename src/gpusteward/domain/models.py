@@ -84,6 +84,8 @@ class WorkloadKind(StrEnum):
     PROCESS = "process"
     #: A whole node, as L4 parking (cordon / drain) sees it: ``Workload(id="node:<name>")``.
     NODE = "node"
+    #: A pool of replicas, as tidal scaling sees it: ``Workload(id="pool:<name>")``.
+    POOL = "pool"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
-"""Config → the loop: the integration from the registry, rules, store, window, runner, notifier,
-leadership and the insights and parking steps, put together into a ``Steward``."""
+"""Config → the loop: the integration from the registry, rules, store, window, the one runner,
+notifier, leadership and the insights, tide and parking steps, put together into a ``Steward``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from gpusteward.runtime.notify_wiring import build_notifier
 from gpusteward.runtime.parking_step import build_parking
 from gpusteward.runtime.registry import build_integration, build_leadership
 from gpusteward.runtime.runner import ActionRunner
+from gpusteward.runtime.tide_step import build_tide
 from gpusteward.store.db import StateStore
 from gpusteward.store.window import WindowStore
 
@@ -36,7 +37,10 @@ def load_rules(settings: Settings) -> list[CompiledRule]:
         raise ConfigError(f"rule names defined twice across rule packs: {', '.join(dupes)}")
     if not rules:
         raise ConfigError("no rules: enable the default pack or list rule files under rules.files")
-    return compile_rules(RulePack(rules=rules))
+    # A rule looking back further than the window keeps could never trip: refuse it, naming it.
+    # A rule looking back further than the window keeps could never trip: refuse it, naming it.
+    # A rule looking back further than the window keeps could never trip: refuse it, naming it.
+    return compile_rules(RulePack(rules=rules), window_s=settings.store.window_minutes * 60)
 
 
 def _with_source_channel(integration: Integration, notifier: Notifier) -> Notifier:
@@ -67,9 +71,17 @@ def build_steward(
         store.create_schema()
     interval = settings.tick_seconds
     window = WindowStore(window_s=settings.store.window_minutes * 60, interval_s=interval)
+    tide = build_tide(settings, integration)
+    parking = build_parking(settings, integration, tide)
+    # One runner for every step: the integration's executors, the node parking and pool scaling.
+    executors = [
+        *integration.executors,
+        *(parking.executors(clock) if parking is not None else ()),
+        *(tide.executors() if tide is not None else ()),
+    ]
     runner = ActionRunner(
         store,
-        integration.executors,
+        executors,
         ThrottledNotifier(
             _with_source_channel(integration, notifier or build_notifier(settings, store)),
             store,
@@ -91,8 +103,9 @@ def build_steward(
         stale_after_s=settings.analysis.stale_after_seconds,
         backoff_max_s=settings.source.backoff_max_seconds,
     )
-    steward.insights = build_insights(settings, store, integration)
-    steward.parking = build_parking(settings, integration, runner)
+    steward.insights = build_insights(settings, store)
+    steward.tide = tide
+    steward.parking = parking
     steward.leadership = build_leadership(settings, store, integration)
     steward.guard_clock_jumps = guard_clock_jumps
     if backfill:

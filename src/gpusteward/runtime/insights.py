@@ -1,16 +1,15 @@
-"""Insights in the tick: anomalies, right-sizing advice and the tide, as one hook of the ``Steward``.
+"""Insights in the tick: anomalies and right-sizing advice, in the analyse phase.
 
-The loop calls ``Insights.__call__(steward, now, analysis)`` after the rules ran and before
-policy decides. Every ``every_minutes`` it extracts per-workload features from the window and
+The tick calls ``Insights.analyse`` after the rules ran, before the leader gate: it adds
+findings and changes nothing. Every ``every_minutes`` it extracts per-workload features from the window and
 runs the anomaly detector and the advice; in between it repeats the findings of the last run
 for the workloads still there, so an advice episode stays open instead of flickering. The
 findings are advice (``RuleAction.ADVISE``): policy turns them into one notice per episode at
 most (``Hold.ADVICE_ONLY``), and they land in the finding episodes the reports read.
 
-It also keeps each workload's lifetime utilisation per GPU (for "request K GPUs") and feeds
-pool demand to the tide step (runtime/tide.py), which plans and scales on its own schedule.
-The lifetimes are saved as ledger marks (``life:<workload>``, see store/ledger.py) every few
-minutes and read back at start-up, so a restart goes on counting instead of starting again.
+It also keeps each workload's lifetime utilisation per GPU (for "request K GPUs"). The leader
+saves the lifetimes as ledger marks (``life:<workload>``, see store/ledger.py) every few minutes
+(``record``), and they are read back at start-up, so a restart goes on counting.
 
 Nothing here may fail the tick: a missing optional dependency becomes a ``notes`` line (logged
 once), any other error is logged and the tick goes on with the rules' findings alone.
@@ -30,17 +29,13 @@ from gpusteward.analysis.anomaly import AnomalyUnavailable, detect
 from gpusteward.analysis.engine import AnalysisResult
 from gpusteward.analysis.features import extract
 from gpusteward.domain.models import Finding, Gpu, Metric, RuleAction, Workload
-from gpusteward.runtime.demand import pool_demand
 from gpusteward.runtime.insights_settings import InsightsSettings
-from gpusteward.runtime.tide_step import TideStep, build_scalers
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import LedgerStore, Mark
 from gpusteward.store.window import WindowView
 
 if TYPE_CHECKING:
-    from gpusteward.domain.integration import Integration
     from gpusteward.runtime.config import Settings
-    from gpusteward.runtime.loop import Steward
 
 log = logging.getLogger(__name__)
 
@@ -162,25 +157,27 @@ class Lifetimes:
 
 @dataclass
 class Insights:
-    """The Steward's ``insights`` hook."""
+    """Anomalies and advice of the tick: findings only, never an action."""
 
     settings: InsightsSettings
-    tide: TideStep | None = None
     stale_after_s: float = 180.0
     lifetimes: Lifetimes = field(default_factory=Lifetimes)
     #: Why a part is not running (a missing optional dependency), for `scan` and the logs.
     notes: list[str] = field(default_factory=list)
     _cache: tuple[Finding, ...] = ()
     _last_run: datetime | None = None
-    _demand: dict[str, float] = field(default_factory=dict)
 
-    def __call__(self, steward: Steward, now: datetime, analysis: AnalysisResult) -> AnalysisResult:
+    def analyse(
+        self,
+        now: datetime,
+        view: WindowView,
+        gpus: Mapping[str, Gpu],
+        workloads: Sequence[Workload],
+        analysis: AnalysisResult,
+    ) -> AnalysisResult:
+        """``analysis`` with this tick's anomaly and advice findings added."""
         try:
-            view = steward.window.view(now)
-            workloads = list(steward.workloads.values())
-            extra = self.findings(view, steward.gpus, workloads, now, analysis.findings)
-            if self.tide is not None:
-                self._tide(view, steward.gpus, workloads, now)
+            extra = self.findings(view, gpus, workloads, now, analysis.findings)
         except Exception:
             log.exception("insights failed; the tick goes on with the rules' findings")
             return analysis
@@ -191,6 +188,10 @@ class Insights:
             (*analysis.findings, *extra), key=lambda f: (f.rule, f.workload_id or "", f.gpu_uuids)
         )
         return replace(analysis, findings=tuple(merged))
+
+    def record(self, now: datetime) -> None:
+        """The leader's part: save the lifetimes when due (a follower only counts them)."""
+        self.lifetimes.save_due(now)
 
     def findings(
         self,
@@ -244,58 +245,18 @@ class Insights:
                 out.append(f)
         return tuple(out)
 
-    def _tide(
-        self, view: WindowView, gpus: Mapping[str, Gpu], workloads: Sequence[Workload], now: datetime
-    ) -> None:
-        tide = self.tide
-        assert tide is not None
-        measures = {p.demand for p in tide.settings.pools}
-        members = {p.name: p.workloads for p in tide.settings.pools if p.workloads}
-        demand: dict[str, float] = {}
-        for measure in measures:
-            got = pool_demand(
-                view, gpus, workloads, measure=measure, window_s=min(300.0, view.window_s), members=members
-            )
-            demand.update(
-                {p.name: got[p.name] for p in tide.settings.pools if p.demand == measure and p.name in got}
-            )
-        tide.observe(now, demand)
-        self._demand = demand
-
-    def lead(self, now: datetime) -> None:
-        """The leader's part, after the leader gate: scale the pools when due, save the lifetimes."""
-        try:
-            self.lifetimes.save_due(now)
-            tide = self.tide
-            if tide is None or not tide.due(now):
-                return
-            for o in tide.step(now, self._demand):
-                if o.status == "unavailable":
-                    self._note(o.detail)
-                elif o.status in ("scaled", "planned", "failed"):
-                    log.info("tide %s: %s", o.pool, o.detail)
-        except Exception:
-            log.exception("tide step failed; the tick goes on")
-
     def _note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
             log.warning("%s", text)
 
 
-def build_insights(
-    settings: Settings, store: StateStore | None, integration: Integration | None = None
-) -> Insights | None:
-    """The hook for ``settings`` (None when both insights and forecasting are off)."""
-    tide = None
-    if settings.forecast.enabled and settings.forecast.pools:
-        scalers = build_scalers(settings, integration)
-        tide = TideStep(settings.forecast, scalers, store, dry_run=settings.dry_run)
-    if not settings.insights.enabled and tide is None:
+def build_insights(settings: Settings, store: StateStore | None) -> Insights | None:
+    """The insights for ``settings`` (None when they are off)."""
+    if not settings.insights.enabled:
         return None
     return Insights(
         settings.insights,
-        tide,
         stale_after_s=settings.analysis.stale_after_seconds,
         lifetimes=Lifetimes(store=store),
     )

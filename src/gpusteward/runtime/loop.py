@@ -1,54 +1,59 @@
-"""One tick of the loop: sense → analyse → decide → act → audit, and the loop around it.
+"""One tick of the loop, read top to bottom in ``Steward._tick``:
 
-A tick never dies of one bad part: a failing source backs off and the tick goes on
-with the window it has (whose GPUs then go stale and are never acted on); one
-failing action is recorded as failed and the others go on. SIGTERM lets the
-current tick finish, then the loop exits.
+    sense → analyse → leader gate → plan → act → record
 
-Safety around the tick (issue 7): only the leader (``Leadership``; always, without HA) decides,
-acts and writes; a follower senses and analyses so it can take over warm. Actions are carried
-out before the ladders that emitted them are saved, so a crash in between re-emits the same
-step under the same idempotency key (the action row decides, nothing runs twice); actions a
-crash left unfinished are settled by ``execution.reconcile`` when leadership is gained. With
-``guard_clock_jumps`` a wall-clock step (NTP) shifts the stored ladder times by the step, so
-ladder timing follows the monotonic clock within a process. A tick that fails as a whole (the
-database is down) is retried with exponential backoff.
+1. **Sense**: the source's observation into the window (a failing source backs off; the tick
+   goes on with the window it has, whose GPUs then go stale and are never acted on).
+2. **Analyse**: the rules, insights (anomalies, advice), the tide's forecasts and replica plans,
+   the nodes' idle time for parking. Findings and plans only: nothing here changes the world or
+   the state store, so a follower replica runs it too and takes over warm.
+3. **Leader gate**: only the leader (``Leadership``; always, without HA) goes past this line.
+4. **Plan**: policy turns findings, park plans and scale plans into ``Decision``s (ladders,
+   guards, approvals, cooldown, pause).
+5. **Act**: one ``ActionRunner`` carries out every decision through the executors (workloads,
+   nodes, pools): pre-flight, idempotency key, dry-run, approval, retry, audit. Reconciliation
+   of what a crash left unfinished and the follow-ups of two-phase stops are steps here.
+6. **Record**: ladders (after the actions: a crash in between re-emits the same step under the
+   same idempotency key, and the action row decides, so nothing runs twice), decisions, the
+   ledger, the owners' digests, the lifetimes and the demand history.
+
+With ``guard_clock_jumps`` a wall-clock step (NTP) shifts the stored ladder times by the step,
+so ladder timing follows the monotonic clock within a process. The loop around the tick is in
+runtime/driver.py.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from gpusteward.analysis.cost import PriceTable
 from gpusteward.analysis.engine import AnalysisInput, AnalysisResult, analyse
 from gpusteward.analysis.rules import CompiledRule
-from gpusteward.domain.errors import ConfigError, SourceError, StoreError
+from gpusteward.domain.errors import SourceError, StoreError
 from gpusteward.domain.models import (
     Action,
     Decision,
     Finding,
     Gpu,
     Hold,
-    LadderState,
-    Level,
     Observation,
     RuleAction,
     Workload,
 )
 from gpusteward.domain.ports import Clock, Leadership, Source
-from gpusteward.policy import PolicyInput, PolicySettings, decide
-from gpusteward.policy.owner import ApprovalView, SnoozeView
+from gpusteward.policy import PolicySettings
+from gpusteward.policy.approval import hold_for_approval
 from gpusteward.runtime.followup import follow_up
 from gpusteward.runtime.insights import Insights
 from gpusteward.runtime.ledger_recorder import LedgerRecorder
+from gpusteward.runtime.parking_step import ParkingStep
+from gpusteward.runtime.planning import plan_ladders, save_ladders, with_runner_holds
 from gpusteward.runtime.reconcile import Judgement, Reconciler
 from gpusteward.runtime.runner import ActionResult, ActionRunner
-from gpusteward.store import queries
+from gpusteward.runtime.tide_step import TideStep
 from gpusteward.store.db import StateStore
 from gpusteward.store.window import WindowStore
 
@@ -100,10 +105,12 @@ class Steward:
     workloads: Mapping[str, Workload] = field(default_factory=dict)
     #: The daily waste and savings ledger (runtime/ledger.py); one is made when None is given.
     ledger: LedgerRecorder | None = None
-    #: Adds findings after the rules (anomalies, advice, the tide): runtime/insights.py.
+    #: Anomalies and advice, found after the rules: runtime/insights.py.
     insights: Insights | None = None
-    #: L4 parking of idle nodes, run by the leader after the actions: runtime/parking.py.
-    parking: Callable[[Steward, datetime], Sequence[ActionResult]] | None = None
+    #: Tidal scaling: forecasts and replica plans, then scale decisions: runtime/tide_step.py.
+    tide: TideStep | None = None
+    #: L4 parking of idle nodes: node idle time, then park/unpark decisions: runtime/parking_step.py.
+    parking: ParkingStep | None = None
     #: Who may act when two replicas run (None: this one always does).
     leadership: Leadership | None = None
     #: Shift stored ladder times by a wall-clock step (on with the system clock; simulated
@@ -165,19 +172,15 @@ class Steward:
     def _tick(self) -> TickReport:
         now = self.clock.now()
         jump_s = self._clock_jump(now)
+        # 1. Sense.
         obs, error = self._observe(now)
         errors = [error] if error else []
         if obs is not None:
             self.workloads = self.ingest(obs)
             errors.extend(obs.errors)
-        leader = self._lead(now)
-        if obs is not None and leader:
-            self.store.remember_workloads(list(self.workloads.values()), now)
         workloads = self.workloads
-        analysis = self.analyse(now)
-        if self.insights is not None:
-            analysis = self.insights(self, now, analysis)
-        # What a follower reports: it sensed and analysed, and decided and did nothing.
+        # 2. Analyse: findings and plans. Nothing changes here, on any replica.
+        analysis = self._analyse(now)
         report = TickReport(
             at=now,
             source_ok=obs is not None,
@@ -191,31 +194,112 @@ class Steward:
             errors=tuple(errors),
             leader=False,
         )
-        if not leader:
+        # 3. The leader gate: a follower has sensed and analysed, and decides and does nothing.
+        if not self._lead(now):
             return report
-        # Past the leader gate: only now may anything change (the tide scales pools here).
-        if self.insights is not None:
-            self.insights.lead(now)
         if jump_s:
             self._rebase_ladders(jump_s, now)
+        if obs is not None:
+            self.store.remember_workloads(list(workloads.values()), now)
+        # 4. Plan: every change is a Decision (ladder steps, parks and unparks, pool scales).
+        paused = self.store.is_paused()
+        infra, targets = self._infra_plans(now, paused)
+        ladders = plan_ladders(
+            self.store,
+            self.policy,
+            now,
+            analysis,
+            workloads,
+            self.gpus,
+            dry_run=self.dry_run,
+            unsnoozable_rules=self.unsnoozable_rules,
+            also={d.workload_id for d in infra},
+        )
+        infra = hold_for_approval(infra, ladders.approvals, now, self.policy.approval)
+        decisions = [*ladders.result.decisions, *infra]
+        # 5. Act: one runner. What a crash left unfinished and due follow-ups come first.
+        targets = {**workloads, **targets}
         wasting = {
             f.workload_id for f in analysis.findings if f.action is RuleAction.RECLAIM and f.workload_id
         }
-        actions = self._reconcile(analysis, workloads, wasting)
-        # Graceful stops whose grace is over are finished first (they never block a tick).
-        actions += follow_up(self.runner, now, workloads)
-        decisions, paused, acted = self._decide(now, analysis, workloads)
-        actions += acted
-        if not paused:
+        actions = self._reconcile(analysis, targets, wasting)
+        actions += follow_up(self.runner, now, targets)
+        ran = self.runner.run(decisions, targets)
+        actions += [a for a in ran if a.hold is Hold.NONE]
+        if not ladders.paused:
             # Failed steps come back after their backoff, only while the waste still holds.
-            actions += self.runner.retry(now, workloads, wasting)
+            actions += self.runner.retry(now, targets, wasting)
+        # 6. Record and tell.
+        save_ladders(self.store, ladders, ran, dry_run=self.dry_run)
+        decided = with_runner_holds(decisions, ran)
+        self.store.record_decisions(decided)
+        self._record(now, obs, analysis, decided, actions)
+        return replace(report, decisions=decided, actions=tuple(actions), paused=ladders.paused, leader=True)
+
+    def _analyse(self, now: datetime) -> AnalysisResult:
+        """The rules, then insights; the tide's plans and the nodes' idle time (for parking)."""
+        analysis = self.analyse(now)
+        if self.insights is None and self.tide is None and self.parking is None:
+            return analysis
+        view = self.window.view(now)
+        workloads = list(self.workloads.values())
+        if self.insights is not None:
+            analysis = self.insights.analyse(now, view, self.gpus, workloads, analysis)
+        if self.tide is not None:
+            try:
+                self.tide.observe_window(view, self.gpus, workloads, now)
+                self.tide.forecast(now)
+            except Exception:  # a forecast must not fail the tick: the pools stay as they are
+                log.exception("tide forecast failed; no pool is scaled this tick")
         if self.parking is not None:
-            actions += self.parking(self, now)
+            self.parking.observe(now, view, self.gpus, self.workloads)
+        return analysis
+
+    def _infra_plans(self, now: datetime, paused: bool) -> tuple[list[Decision], dict[str, Workload]]:
+        """The L4 plans as decisions (parks, unparks, pool scales) and the workloads they name."""
+        decisions: list[Decision] = []
+        targets: dict[str, Workload] = {}
+        if self.parking is not None:
+            plan = self.parking.plan(now, paused)
+            if plan is not None:
+                nodes = self.parking.workloads()
+                decisions += [*plan.parks, *plan.unparks]
+                named = self.parking.named(plan)
+                # Remembered like workloads: approvals, `explain` and the web name them.
+                self.store.remember_workloads([nodes[w] for w in named], now)
+                targets.update(nodes)
+        if self.tide is not None:
+            scales = self.tide.decisions(now, paused)
+            pools = self.tide.workloads()
+            self.store.remember_workloads(
+                [pools[d.workload_id] for d in scales if d.workload_id in pools], now
+            )
+            decisions += scales
+            targets.update(pools)
+        return decisions, targets
+
+    def _record(
+        self,
+        now: datetime,
+        obs: Observation | None,
+        analysis: AnalysisResult,
+        decisions: Sequence[Decision],
+        actions: Sequence[ActionResult],
+    ) -> None:
+        if self.tide is not None:
+            self.tide.settle(now, decisions, actions)
+        if self.insights is not None:
+            self.insights.record(now)
         flush = getattr(self.runner.notifier, "flush", None)
         if callable(flush):
             flush(now)  # a throttling notifier sends yesterday's digests
-        self._record_ledger(now, obs, workloads, analysis.findings, actions)
-        return replace(report, decisions=decisions, actions=tuple(actions), paused=paused, leader=True)
+        if self.ledger is None:
+            return
+        try:
+            self.ledger.record(now, obs, self.workloads, analysis.findings, actions, self.gpus)
+        except StoreError:
+            # After the actions: a ledger that cannot be written must not fail the tick.
+            log.exception("ledger not written; its amounts wait for the next tick")
 
     def analyse(self, now: datetime, rules: Sequence[CompiledRule] | None = None) -> AnalysisResult:
         """The rules (``rules`` instead of the loop's own: a rule edit's preview) over the window
@@ -230,22 +314,6 @@ class Steward:
                 stale_after_s=self.stale_after_s,
             ),
         )
-
-    def _record_ledger(
-        self,
-        now: datetime,
-        obs: Observation | None,
-        workloads: Mapping[str, Workload],
-        findings: Sequence[Finding],
-        actions: Sequence[ActionResult],
-    ) -> None:
-        if self.ledger is None:
-            return
-        try:
-            self.ledger.record(now, obs, workloads, findings, actions, self.gpus)
-        except StoreError:
-            # After the actions: a ledger that cannot be written must not fail the tick.
-            log.exception("ledger not written; its amounts wait for the next tick")
 
     # -- leadership, crash recovery, clock steps ---------------------------------------------
     def _lead(self, now: datetime) -> bool:
@@ -312,212 +380,7 @@ class Steward:
         log.warning("wall clock stepped by %+.0f s; %d ladder(s) shifted with it", jump_s, len(rebased))
         self.store.audit("clock.step", now, None, seconds=round(jump_s, 3), ladders=len(rebased))
 
-    # -- decide and act -----------------------------------------------------------------------
-    def _owner_controls(
-        self, now: datetime, ids: set[str]
-    ) -> tuple[Mapping[str, ApprovalView] | None, Mapping[str, SnoozeView]]:
-        store = self.store
-        snoozes = {w: SnoozeView(s.until, s.by, s.reason) for w, s in store.active_snoozes(now).items()}
-        if self.dry_run or self.policy.approval.min_level is None:
-            return None, snoozes
-        store.expire_approvals(now)
-        found = queries.latest_approvals(store, ids, dry_run=False)
-        approvals = {
-            key: ApprovalView(r.id, r.status, r.expires_at, r.decided_by, r.decision_reason, n)
-            for key, (r, n) in found.items()
-        }
-        return approvals, snoozes
-
-    def _decide(
-        self, now: datetime, analysis: AnalysisResult, workloads: Mapping[str, Workload]
-    ) -> tuple[tuple[Decision, ...], bool, list[ActionResult]]:
-        store = self.store
-        store.record_findings(analysis.findings, now)
-        found = {(f.workload_id, f.rule) for f in analysis.findings}
-        # An episode ends only on evidence: its rule judged the workload and did not trip, or
-        # the workload is gone. A restart's empty window or a stale GPU ends nothing.
-        store.close_findings(
-            [
-                (wid, rule)
-                for wid, rule in store.open_episode_keys()
-                if (wid, rule) not in found
-                and (
-                    wid not in workloads
-                    or (wid not in analysis.unknown_workloads and wid not in analysis.unjudged.get(rule, ()))
-                )
-            ],
-            now,
-        )
-        paused = store.is_paused()
-        recent, recent_gpus = store.count_actions_since(
-            now - timedelta(hours=1), min_level=Level.GRACEFUL_STOP, dry_run=self.dry_run
-        )
-        states = store.load_ladders(self.dry_run)
-        ids = set(states) | {f.workload_id for f in analysis.findings if f.workload_id}
-        approvals, snoozes = self._owner_controls(now, ids)
-        result = decide(
-            PolicyInput(
-                now=now,
-                findings=analysis.findings,
-                workloads=workloads,
-                states=states,
-                unknown_workloads=analysis.unknown_workloads,
-                unjudged=analysis.unjudged,
-                gpus=self.gpus,
-                paused=paused,
-                recent_actions=recent,
-                recent_action_gpus=recent_gpus,
-                approvals=approvals,
-                snoozes=snoozes,
-                unsnoozable_rules=self.unsnoozable_rules,
-            ),
-            self.policy,
-        )
-        # Store each episode that begins now before acting: its first_seen_at names the steps'
-        # idempotency keys, so a crash or a failed save after acting re-emits the same keys (whose
-        # action rows say "done") and never a new episode's. Ladders already stored need nothing.
-        begun = [
-            _untaken(s, None) for w, s in result.states.items() if _episode(states.get(w)) != _episode(s)
-        ]
-        if begun:
-            store.update_ladders(begun, (), dry_run=self.dry_run)
-        # Act first, then save the ladders: a crash in between re-emits the same step (same key).
-        actions = self.runner.run(result.decisions, workloads)
-        held = {a.decision.workload_id: a for a in actions if a.hold is not Hold.NONE}
-        saved = [_untaken(s, states.get(w)) if w in held else s for w, s in result.states.items()]
-        store.update_ladders(saved, result.cleared, dry_run=self.dry_run)
-        decisions = tuple(
-            replace(d, hold=held[d.workload_id].hold, reason=f"{d.reason} {held[d.workload_id].detail}.")
-            if d.workload_id in held and d.acts
-            else d
-            for d in result.decisions
-        )
-        store.record_decisions(decisions)
-        return decisions, paused, [a for a in actions if a.hold is Hold.NONE]
-
     def backfill(self, observations: Sequence[Observation]) -> None:
         """Fill the window from history so the first tick can already judge."""
         for obs in observations:
             self.ingest(obs)
-
-
-def _episode(state: LadderState | None) -> tuple[str, datetime] | None:
-    """What names a ladder's episode in its idempotency keys."""
-    return None if state is None else (state.incarnation, state.first_seen_at)
-
-
-def _untaken(state: LadderState, prev: LadderState | None) -> LadderState:
-    """``state`` without the step that the runner did not take (its approval lapsed meanwhile)."""
-    if prev is None:
-        return replace(state, step="", step_at=None, first_warned_at=None)
-    return replace(state, step=prev.step, step_at=prev.step_at, first_warned_at=prev.first_warned_at)
-
-
-class StopFlag:
-    """Set by SIGTERM/SIGINT; the loop finishes its tick and returns."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def set(self, *_: object) -> None:
-        self._event.set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self, seconds: float) -> bool:
-        return self._event.wait(seconds)
-
-
-class Wake:
-    """Lets another thread (the Alertmanager receiver) start the next tick at once."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._reasons: list[str] = []
-
-    def set(self, reason: str = "") -> None:
-        with self._lock:
-            self._reasons = [*self._reasons[-99:], reason]
-        self._event.set()
-
-    def take(self) -> list[str]:
-        """The reasons given since the last call; clears the wake-up."""
-        with self._lock:
-            reasons, self._reasons = self._reasons, []
-            self._event.clear()
-        return reasons
-
-    def wait(self, seconds: float, stop: StopFlag) -> bool:
-        """Until woken (True), stopped or ``seconds`` passed. Polls ``stop``: a signal
-        handler sets it without waking this event."""
-        deadline = time.monotonic() + seconds
-        while not stop.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            if self._event.wait(min(left, 0.2)):
-                return True
-        return False
-
-
-def run_forever(
-    steward: Steward,
-    interval_s: float,
-    stop: StopFlag,
-    *,
-    max_ticks: int | None = None,
-    real_sleep: bool = True,
-    wake: Wake | None = None,
-    on_tick: Callable[[Steward, TickReport, float], None] | None = None,
-) -> int:
-    """Tick every ``interval_s`` until ``stop`` is set; returns the number of ticks run.
-
-    ``wake`` starts the next tick early; ``on_tick(steward, report, seconds)`` runs after
-    each tick on this thread (metrics)."""
-    ticks = 0
-    failures = 0
-    while not stop.is_set() and (max_ticks is None or ticks < max_ticks):
-        started = steward.clock.monotonic()
-        reasons = wake.take() if wake is not None else []
-        if reasons:
-            log.info("tick now: %s", "; ".join(r for r in reasons if r)[:500])
-        try:
-            report = steward.tick()
-            log.info(
-                "tick: %d gpus, %d workloads, %d findings, %d actions%s",
-                report.gpus,
-                report.workloads,
-                len(report.findings),
-                len(report.actions),
-                " (paused)" if report.paused else "",
-            )
-            if on_tick is not None:
-                on_tick(steward, report, steward.clock.monotonic() - started)
-            failures = 0
-        except ConfigError:
-            raise  # the settings cannot work (a window too large for memory): retrying cannot help
-        except Exception:
-            # A tick that fails as a whole (the database is down, say): no action ran without its
-            # record; retry after 2, 4, 8 … intervals, at most backoff_max_s.
-            failures += 1
-            log.exception("tick failed (%d in a row)", failures)
-        ticks += 1
-        wait = interval_s
-        if failures:
-            wait = min(max(interval_s, steward.backoff_max_s), interval_s * 2.0 ** min(failures, 16))
-        remaining = wait - (steward.clock.monotonic() - started)
-        if remaining > 0 and (max_ticks is None or ticks < max_ticks):
-            if real_sleep and wake is not None:
-                wake.wait(remaining, stop)
-            elif real_sleep:
-                stop.wait(remaining)
-            else:
-                steward.clock.sleep(remaining)
-    if steward.leadership is not None:
-        try:
-            steward.leadership.release()  # the other replica takes over at once
-        except Exception:
-            log.exception("could not release %s leadership", steward.leadership.name)
-    return ticks

@@ -1,113 +1,119 @@
 """The parking step of the tick (L4): idle nodes out of scheduling in low-load windows, and back.
 
-Run by the leader after the tick's actions (``Steward.parking``). Each tick it reads which nodes
-are out of scheduling (``NodeControl.unschedulable``: one call), tracks since when every GPU of
-each node has been free and idle with fresh data (in memory: after a restart a node waits
-``idle_minutes`` again), builds each pool's forecast view from the tide step when
-``parking.use_forecast`` is on, and lets the pure planner (policy/parking.py) choose.
-
-Decisions go through an ``ActionRunner`` on synthetic node workloads, so they are planned,
-idempotent, dry-run aware and audited like every step. Parks wait for an admin's approval like
-any L3+ step (``policy.approval``; the same ``approval_gate`` policy uses); unparks give capacity
-back and never wait, so they run through a second runner without the approval gate.
+Analyse (every replica, so a new leader takes over warm): ``observe`` reads which nodes are out
+of scheduling (``NodeControl.unschedulable``: one call) and tracks since when every GPU of each
+node has been free and idle with fresh data (in memory: after a restart a node waits
+``idle_minutes`` again). Plan (the leader): ``plan`` builds each pool's forecast view from the
+tide's last plan when ``parking.use_forecast`` is on and lets the pure planner (policy/parking.py)
+choose. Act: the parks and unparks are decisions on synthetic node workloads, carried out by the
+tick's one ``ActionRunner`` through ``NodeParkingExecutor``, like every step. Approvals are
+policy's (policy/approval.py): a park waits like any L3+ step, an unpark never does.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from gpusteward.domain.errors import ConfigError, ExecutionError, SourceError
-from gpusteward.domain.models import Decision, Gpu, Hold, Level, Metric, utc
+from gpusteward.domain.models import Gpu, Metric, Workload, utc
 from gpusteward.domain.nodes import NodeControl, NodeState
-from gpusteward.policy.owner import ApprovalView, approval_gate
-from gpusteward.policy.parking import PARK, NodeView, ParkingInput, ParkingPlan, PoolForecast, plan_parking
+from gpusteward.domain.ports import Clock
+from gpusteward.policy.parking import NodeView, ParkingInput, ParkingPlan, PoolForecast, plan_parking
 from gpusteward.policy.parking_settings import ParkingSettings
+from gpusteward.runtime.insights_settings import ForecastSettings
 from gpusteward.runtime.parking_executor import NodeParkingExecutor, node_workload
-from gpusteward.runtime.runner import ActionResult, ActionRunner
-from gpusteward.store import queries
+from gpusteward.runtime.tide_step import TideOutcome
+from gpusteward.store.window import WindowView
 
 if TYPE_CHECKING:
     from gpusteward.domain.integration import Integration
     from gpusteward.runtime.config import Settings
-    from gpusteward.runtime.loop import Steward
 
 log = logging.getLogger(__name__)
+
+
+class TideForecasts(Protocol):
+    """What parking reads of the tide step: its settings and its last plan of every pool."""
+
+    @property
+    def settings(self) -> ForecastSettings: ...
+
+    @property
+    def last(self) -> Sequence[TideOutcome]: ...
 
 
 @dataclass
 class ParkingStep:
     settings: ParkingSettings
     control: NodeControl
-    #: Parks: approvals as configured (policy.approval).
-    runner: ActionRunner
-    #: Unparks: the same store, notifier and mode, without the approval gate.
-    unpark_runner: ActionRunner
+    #: The tide's forecasts (``parking.use_forecast``); None without forecast pools.
+    tide: TideForecasts | None = None
     stale_after_s: float = 180.0
     _free_since: dict[str, datetime] = field(default_factory=dict)
     #: Per pool, when the forecast's current low-load window was first seen (stable window keys).
     _low_since: dict[str, datetime] = field(default_factory=dict)
     #: Nodes parked by gpusteward at the last tick.
     _parked: set[str] = field(default_factory=set)
+    #: This tick's nodes; None when their states could not be read (nothing is planned then).
+    _nodes: list[NodeView] | None = None
     last: ParkingPlan | None = None
 
-    @classmethod
-    def of(
-        cls,
-        settings: ParkingSettings,
-        control: NodeControl,
-        runner: ActionRunner,
-        stale_after_s: float = 180.0,
-    ) -> ParkingStep:
-        """``runner``'s store, notifier, clock and mode, with a node executor over ``control``."""
-        executors = [NodeParkingExecutor(control, clock=runner.clock)]
-        parks = ActionRunner(
-            runner.store,
-            executors,
-            runner.notifier,
-            runner.clock,
-            dry_run=runner.dry_run,
-            approval=runner.approval,
-        )
-        unparks = ActionRunner(runner.store, executors, runner.notifier, runner.clock, dry_run=runner.dry_run)
-        return cls(settings, control, parks, unparks, stale_after_s)
+    def executors(self, clock: Clock) -> list[NodeParkingExecutor]:
+        """What the runner parks through (``clock`` stamps the park on the node)."""
+        return [NodeParkingExecutor(self.control, clock=clock)]
 
-    def __call__(self, steward: Steward, now: datetime) -> list[ActionResult]:
+    def observe(
+        self, now: datetime, view: WindowView, gpus: Mapping[str, Gpu], workloads: Mapping[str, Workload]
+    ) -> None:
+        """Read the nodes' states and track their idle time. Changes nothing."""
         try:
             states = self.control.unschedulable()
         except (SourceError, ExecutionError) as e:
             log.warning("parking skipped this tick: cannot read node states: %s", e)
-            return []
-        nodes = self.nodes(steward, now, states)
-        plan = plan_parking(
-            ParkingInput(now, nodes, self.forecasts(steward, now), paused=self.runner.store.is_paused()),
-            self.settings,
-        )
-        self.last = plan
-        workloads = {f"node:{n.name}": node_workload(n.name, n.gpu_uuids, self.control.name) for n in nodes}
-        # Nodes with a step, and parked ones, are remembered like workloads: approvals, `explain`
-        # and the web name them (and an approval is only taken for a workload seen lately).
+            self._nodes = None
+            return
+        self._nodes = self.nodes(now, view, gpus, workloads, states)
+
+    def plan(self, now: datetime, paused: bool) -> ParkingPlan | None:
+        """This tick's parks and unparks (None when the nodes could not be read)."""
+        if self._nodes is None:
+            return None
+        inp = ParkingInput(now, self._nodes, self.forecasts(now), paused=paused)
+        self.last = plan_parking(inp, self.settings)
+        return self.last
+
+    def workloads(self) -> dict[str, Workload]:
+        """This tick's nodes as the workloads parking decisions name."""
+        return {
+            f"node:{n.name}": node_workload(n.name, n.gpu_uuids, self.control.name) for n in self._nodes or ()
+        }
+
+    def named(self, plan: ParkingPlan) -> list[str]:
+        """Nodes with a step, and parked ones: remembered like workloads, so that approvals,
+        `explain` and the web name them (an approval is only taken for a workload seen lately)."""
         named = {d.workload_id for d in (*plan.parks, *plan.unparks)}
-        named |= {f"node:{n.name}" for n in nodes if n.parked}
-        self.runner.store.remember_workloads([workloads[w] for w in sorted(named)], now)
-        parks = self._gate(plan.parks, now)
-        results = self.runner.run(parks, workloads)
-        results += self.unpark_runner.run(plan.unparks, workloads)
-        self.runner.store.record_decisions([*parks, *plan.unparks])
-        return [r for r in results if r.hold is Hold.NONE]
+        named |= {f"node:{n.name}" for n in self._nodes or () if n.parked}
+        return sorted(named)
 
     # -- what the planner sees ------------------------------------------------------------------
-    def nodes(self, steward: Steward, now: datetime, states: Mapping[str, NodeState]) -> list[NodeView]:
+    def nodes(
+        self,
+        now: datetime,
+        view: WindowView,
+        gpus: Mapping[str, Gpu],
+        workloads: Mapping[str, Workload],
+        states: Mapping[str, NodeState],
+    ) -> list[NodeView]:
         by_node: dict[str, list[Gpu]] = {}
-        for g in steward.gpus.values():
+        for g in gpus.values():
             by_node.setdefault(g.node, []).append(g)
-        held = {u for w in steward.workloads.values() for u in w.gpu_uuids}
-        view = steward.window.view(now)
+        held = {u for w in workloads.values() for u in w.gpu_uuids}
         age, util = view.age_s(), view.last(Metric.GPU_UTIL)
         out = []
         for name in sorted(by_node):
@@ -146,11 +152,11 @@ class ParkingStep:
         self._parked = {n.name for n in out if n.parked}
         return out
 
-    def forecasts(self, steward: Steward, now: datetime) -> dict[str, PoolForecast] | None:
+    def forecasts(self, now: datetime) -> dict[str, PoolForecast] | None:
         """Each forecast pool's low-load window now, from the tide step's last plan."""
         if not self.settings.use_forecast:
             return None
-        tide: Any = getattr(steward.insights, "tide", None)
+        tide = self.tide
         if tide is None:
             return {}
         slo = {p.name: p.slo_headroom for p in tide.settings.pools}
@@ -179,41 +185,12 @@ class ParkingStep:
             )
         return out
 
-    # -- approvals, as policy gates L3+ steps -----------------------------------------------------
-    def _gate(self, parks: Sequence[Decision], now: datetime) -> list[Decision]:
-        runner = self.runner
-        approval = runner.approval
-        if not parks or runner.dry_run or approval is None or not approval.needs_approval(Level.INFRA):
-            return list(parks)
-        store = runner.store
-        store.expire_approvals(now)
-        found = queries.latest_approvals(store, {d.workload_id for d in parks}, dry_run=False)
-        out = []
-        for d in parks:
-            got = found.get(d.idempotency_key)
-            view = (
-                None
-                if got is None
-                else ApprovalView(
-                    got[0].id,
-                    got[0].status,
-                    got[0].expires_at,
-                    got[0].decided_by,
-                    got[0].decision_reason,
-                    got[1],
-                )
-            )
-            held = approval_gate(PARK, view, now, approval.expire_hours)
-            out.append(
-                d
-                if held is None
-                else replace(d, hold=held.hold, reason=f"{d.reason}. The park is held: {held.reason}.")
-            )
-        return out
-
 
 def build_parking(
-    settings: Settings, integration: Integration, runner: ActionRunner, control: NodeControl | None = None
+    settings: Settings,
+    integration: Integration,
+    tide: TideForecasts | None = None,
+    control: NodeControl | None = None,
 ) -> ParkingStep | None:
     """The parking step when ``parking.enabled``; ``control`` replaces the source's node control."""
     if not settings.parking.enabled:
@@ -225,9 +202,4 @@ def build_parking(
         raise ConfigError(
             f"parking.enabled: source {integration.name!r} cannot park nodes; use sim, slurm or kubernetes"
         )
-    return ParkingStep.of(
-        settings.parking,
-        control,
-        runner,
-        stale_after_s=settings.analysis.stale_after_seconds,
-    )
+    return ParkingStep(settings.parking, control, tide, stale_after_s=settings.analysis.stale_after_seconds)

@@ -37,6 +37,7 @@ from gpusteward.domain.models import (
 )
 from gpusteward.domain.ports import Clock, Executor, Notifier, StagedExecutor
 from gpusteward.notify.templates import notice_for
+from gpusteward.policy.approval import needs_approval
 from gpusteward.policy.owner import approval_key
 from gpusteward.policy.settings import ApprovalSettings
 from gpusteward.store import queries
@@ -138,7 +139,7 @@ class ActionRunner:
 
     # -- approvals ----------------------------------------------------------------------------
     def _needs_approval(self, decision: Decision) -> bool:
-        return self.approval is not None and not self.dry_run and self.approval.needs_approval(decision.level)
+        return not self.dry_run and needs_approval(self.approval, decision)
 
     def _latest_approval(self, decision: Decision) -> tuple[ApprovalRecord, int] | None:
         found = queries.latest_approvals(self.store, [decision.workload_id], dry_run=self.dry_run)

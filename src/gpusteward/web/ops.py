@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.integrations.prometheus.parse import LabelMap
-from gpusteward.runtime.loop import Wake
+from gpusteward.runtime.driver import Wake
 from gpusteward.web.alerts import WebhookPayload, alert_status, problems, targets
 from gpusteward.web.limits import BodyLimit
 from gpusteward.web.metrics import StewardMetrics

@@ -16,7 +16,8 @@ from typing import Any
 from gpusteward.domain.errors import ConfigError
 from gpusteward.integrations.prometheus.parse import LabelMap
 from gpusteward.runtime.config import Settings
-from gpusteward.runtime.loop import Steward, StopFlag, Wake, run_forever
+from gpusteward.runtime.driver import StopFlag, Wake, run_forever
+from gpusteward.runtime.loop import Steward
 from gpusteward.web.metrics import StewardMetrics
 from gpusteward.web.settings import parse_listen
 

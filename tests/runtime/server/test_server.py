@@ -19,7 +19,7 @@ from gpusteward.integrations.prometheus.localserver import free_port
 from gpusteward.integrations.sim import DEFAULT_START, SimClock
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings
-from gpusteward.runtime.loop import Wake
+from gpusteward.runtime.driver import Wake
 from gpusteward.web.metrics import StewardMetrics
 from gpusteward.web.ops import create_app
 from gpusteward.web.serve import BackgroundServer
