@@ -275,7 +275,12 @@ class _Compiler:
             v = node.value
             if isinstance(v, bool) or not isinstance(v, int | float):
                 raise self.fail(node, "only numbers are allowed as constants")
-            c = float(v)
+            try:
+                c = float(v)
+            except OverflowError:  # an integer of hundreds of digits
+                raise self.fail(node, "numbers must be finite") from None
+            if not math.isfinite(c):  # 1e999 is inf: `util < 1e999` would flag every GPU
+                raise self.fail(node, "numbers must be finite")
             return _Node("num", lambda ctx: c, const=c)
         if isinstance(node, ast.Name):
             return self.name(node)
@@ -334,6 +339,8 @@ class _Compiler:
                 c = float(op(left.const, right.const))
             except ZeroDivisionError:
                 raise self.fail(node, "division by zero") from None
+            if not math.isfinite(c):  # 1e308 * 10
+                raise self.fail(node, "numbers must be finite")
             return _Node("num", lambda ctx: c, const=c)
         lf, rf = left.fn, right.fn
 

@@ -38,8 +38,6 @@ def load_rules(settings: Settings) -> list[CompiledRule]:
     if not rules:
         raise ConfigError("no rules: enable the default pack or list rule files under rules.files")
     # A rule looking back further than the window keeps could never trip: refuse it, naming it.
-    # A rule looking back further than the window keeps could never trip: refuse it, naming it.
-    # A rule looking back further than the window keeps could never trip: refuse it, naming it.
     return compile_rules(RulePack(rules=rules), window_s=settings.store.window_minutes * 60)
 
 

@@ -297,14 +297,15 @@ def expected(planted: list[Planted]) -> tuple[set[str], set[str]]:
 
 @pytest.fixture
 def prom_settings(tmp_path: Path) -> Callable[..., Settings]:
-    """Settings for the prometheus source at ``url`` (tick 30 s, 60 min window)."""
+    """Settings for the prometheus source at ``url`` (tick 30 s, 4 h window: the default pack's
+    longest rule reads 3.5 h)."""
 
     def make(url: str, **prometheus: object) -> Settings:
         return load_settings(
             None,
             tick_seconds=30,
             source={"name": "prometheus", "prometheus": {"url": url, **prometheus}},
-            store={"url": f"sqlite:///{tmp_path / 'state.db'}", "window_minutes": 60},
+            store={"url": f"sqlite:///{tmp_path / 'state.db'}", "window_minutes": 240},
         )
 
     return make
