@@ -94,3 +94,27 @@ def test_run_on_a_read_only_database_stops_with_one_line(env: Path, monkeypatch:
     assert lines[-1].startswith("error: the state database")
     assert "readonly" in lines[-1]
     assert "Traceback" not in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("audit", "--limit", "-5"),
+        ("audit", "list", "--limit", "0"),
+        ("audit", "--limit", str(2**70)),
+        ("approvals", "list", "--limit", str(2**70)),
+        ("approvals", "approve", str(2**70)),
+        ("approvals", "reject", "0"),
+    ],
+)
+def test_integers_out_of_range_exit_2(env: Path, args: tuple[str, ...]) -> None:
+    code, out = invoke(*args)
+    assert code == 2
+    assert "Invalid value" in out
+
+
+def test_audit_verify_expect_must_be_a_hash_not_blame_deletion(env: Path) -> None:
+    code, out = invoke("audit", "verify", "--expect", "zzz")
+    assert code == 2
+    assert "--expect: not a record hash (64 hex digits" in out
+    assert "deleted" not in out

@@ -122,3 +122,29 @@ def test_any_config_loads_or_is_a_config_error(tmp_path_factory: pytest.TempPath
     f.write_text(doc)
     with contextlib.suppress(StewardError):
         load_settings(f)
+
+
+def test_an_environment_error_names_the_variable_not_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("mode: dry-run\n")
+    monkeypatch.setenv("GPUSTEWARD_STORE__WINDOW_MINUTES", "1e9")
+    with pytest.raises(ConfigError) as e:
+        load_settings(f)
+    assert e.value.path == "environment variable GPUSTEWARD_STORE__WINDOW_MINUTES"
+    assert "store.window_minutes" in str(e.value)
+
+
+def test_an_unknown_gpusteward_variable_is_warned_about(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("GPUSTEWARD_MODEE", "enforce")
+    monkeypatch.setenv("GPUSTEWARD_CHECKPOINT_SIGNAL", "USR1")  # a workload's, not a setting
+    monkeypatch.setenv("GPUSTEWARD_SERVICE_HOST", "10.0.0.1")  # Kubernetes, for a Service "gpusteward"
+    assert load_settings(None).mode == "dry-run"
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [
+        "environment variable GPUSTEWARD_MODEE is not a setting and is ignored "
+        "(did you mean GPUSTEWARD_MODE?)"
+    ]

@@ -57,7 +57,7 @@ def list_(
     status: Annotated[
         str, typer.Option(help="pending, approved, rejected, expired, used, or all.")
     ] = "pending",
-    limit: Annotated[int, typer.Option(help="How many recent requests.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, max=100_000, help="How many recent requests.")] = 100,
     json_out: JsonOpt = False,
 ) -> None:
     """List approval requests (pending ones by default), oldest first."""
@@ -99,7 +99,9 @@ def _decide(
 
 @approvals_app.command("approve")
 def approve(
-    approval_id: Annotated[int, typer.Argument(help="The request's id (from `approvals list`).")],
+    approval_id: Annotated[
+        int, typer.Argument(min=1, max=2**63 - 1, help="The request's id (from `approvals list`).")
+    ],
     config: ConfigOpt = None,
     by: ByOpt = None,
     reason: Annotated[str, typer.Option(help="Why (kept in the audit log).")] = "",
@@ -111,7 +113,9 @@ def approve(
 
 @approvals_app.command("reject")
 def reject(
-    approval_id: Annotated[int, typer.Argument(help="The request's id (from `approvals list`).")],
+    approval_id: Annotated[
+        int, typer.Argument(min=1, max=2**63 - 1, help="The request's id (from `approvals list`).")
+    ],
     reason: Annotated[str, typer.Option(help="Why (required; the audit log keeps it).")],
     config: ConfigOpt = None,
     by: ByOpt = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from contextlib import ExitStack
 from enum import StrEnum
@@ -31,7 +32,7 @@ audit_app = typer.Typer(
 )
 out = Console(soft_wrap=True)
 
-LimitOpt = Annotated[int, typer.Option(help="How many recent actions.")]
+LimitOpt = Annotated[int, typer.Option(min=1, max=100_000, help="How many recent actions.")]
 WorkloadOpt = Annotated[str | None, typer.Option(help="Only this workload.")]
 
 
@@ -81,6 +82,11 @@ def verify(
     """Walk the audit hash chain and report the first record that was changed, inserted or
     deleted, and any action whose state has no audit record. Exit code 0 when the chain is
     intact and complete, 1 otherwise."""
+    if expect is not None:
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", expect.strip()):
+            # Not a hash at all: "not in the chain" would wrongly blame deleted records.
+            fail(f"--expect: not a record hash (64 hex digits, as `audit verify` prints): {expect[:80]!r}")
+        expect = expect.strip().lower()
     with exit_on_errors():
         _, store = open_store(config)
         with store.transaction("verify audit chain") as conn:

@@ -8,6 +8,7 @@ Unknown keys are errors (a typo must never be silently ignored). Environment var
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -27,8 +28,11 @@ from gpusteward.integrations.slurm.settings import SlurmSourceSettings
 from gpusteward.notify.settings import NotifySettings
 from gpusteward.policy.parking_settings import ParkingSettings
 from gpusteward.policy.settings import PolicySettings
+from gpusteward.runtime.config_env import unknown_variables, variable_for
 from gpusteward.runtime.insights_settings import ForecastSettings, InsightsSettings
 from gpusteward.web.settings import ServerSettings, WebSettings
+
+log = logging.getLogger(__name__)
 
 
 def default_state_url() -> str:
@@ -173,11 +177,15 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     try:
         settings = Settings(**data)
     except ValidationError as e:
-        if doc is None:
-            err = e.errors()[0]
+        err = e.errors()[0]
+        var = variable_for(err["loc"])
+        if var is not None or doc is None:  # the file is not to blame for the environment
             dotted = ".".join(str(p) for p in err["loc"])
-            raise ConfigError(f"{dotted}: {err['msg']}", path="<environment>") from e
+            where = f"environment variable {var}" if var else "<environment>"
+            raise ConfigError(f"{dotted}: {err['msg']}", path=where) from e
         raise config_error(e, doc) from e
+    for line in unknown_variables(Settings):
+        log.warning("%s", line)
     if path is not None:
         base = Path(path).parent
         settings.rules.files = [f if f.is_absolute() else base / f for f in settings.rules.files]
