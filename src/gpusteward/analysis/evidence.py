@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from gpusteward.analysis.expr import Aggregate, EvalContext, format_duration
+from gpusteward.analysis.aggregates import Aggregate, EvalContext, format_duration
 
 #: Aggregates worth quoting, and how each reads.
 _QUOTED = ("busy_share", "watched_for", "zero_for", "below_for")

@@ -16,19 +16,26 @@ from __future__ import annotations
 import ast
 import math
 import operator
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from gpusteward.analysis.aggregates import (
+    AGGREGATES,
+    METRIC_NAMES,
+    MINUTE_AGGREGATES,
+    Aggregate,
+    EvalContext,
+    FloatArray,
+    format_duration,
+    rewrite_durations,
+)
 from gpusteward.domain.errors import RuleError
 from gpusteward.domain.models import Metric
-from gpusteward.store.window import WindowView
 
-FloatArray = npt.NDArray[np.float64]
 Tri = npt.NDArray[np.int8]
 Kind = Literal["num", "bool"]
 Scope = Literal["gpu", "workload"]
@@ -36,34 +43,28 @@ Value = Any  # a float/int8 array over holdings, or a scalar before broadcasting
 
 FALSE, UNKNOWN, TRUE = np.int8(0), np.int8(1), np.int8(2)
 
-#: Aggregates over the window and the role of each argument.
-AGGREGATES: dict[str, tuple[str, ...]] = {
-    "mean": ("metric", "duration"),
-    "min": ("metric", "duration"),
-    "max": ("metric", "duration"),
-    "last": ("metric",),
-    "coverage": ("metric", "duration"),
-    "fraction_below": ("metric", "number", "duration"),
-    "below_for": ("metric", "number"),
-    # Evidence for services (issue 14): how busy over a long window, how long at exactly
-    # zero, and how long the holder has been watched at all.
-    "busy_share": ("metric", "number", "duration"),
-    "zero_for": ("metric",),
-    "watched_for": ("metric",),
-}
-#: Aggregates in minutes (compared with plain numbers; ``f(m) >= N`` looks back N minutes).
-MINUTE_AGGREGATES = ("below_for", "zero_for", "watched_for")
-#: ``zero_for`` is ``below_for`` this small: any reading above zero ends the run.
-ZERO_PCT = float(np.finfo(np.float32).tiny)
+# The aggregates moved to their own module; rule authors' tools still import them from here.
+__all__ = [
+    "AGGREGATES",
+    "GPU_ATTRIBUTES",
+    "GROUP_FUNCTIONS",
+    "METRIC_NAMES",
+    "WORKLOAD_ATTRIBUTES",
+    "Aggregate",
+    "EvalContext",
+    "Expr",
+    "FloatArray",
+    "Scope",
+    "compile_expr",
+    "format_duration",
+]
+
 #: Functions over the GPUs of one workload; only in ``scope: workload`` rules.
 GROUP_FUNCTIONS = ("share", "count")
 GPU_ATTRIBUTES = ("memory_total_mib", "price_per_hour")
 WORKLOAD_ATTRIBUTES = ("gpus_requested", "gpus_held", "age_minutes")
-METRIC_NAMES = {m.value: m for m in Metric}
 
 MAX_LENGTH = 2000
-_DURATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(s|m|h)\b")
-_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
     ast.Lt: operator.lt,
     ast.LtE: operator.le,
@@ -78,105 +79,6 @@ _ARITH: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Mult: operator.mul,
     ast.Div: operator.truediv,
 }
-
-
-def format_duration(seconds: float) -> str:
-    for unit, size in (("h", 3600.0), ("m", 60.0)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
-
-
-@dataclass(frozen=True)
-class Aggregate:
-    """One aggregate call, e.g. ``mean(gpu_util_pct, 30m)``; ``text`` is its canonical form."""
-
-    func: str
-    metric: Metric
-    args: tuple[float, ...] = ()
-
-    @property
-    def text(self) -> str:
-        parts = [self.metric.value]
-        for role, v in zip(AGGREGATES[self.func][1:], self.args, strict=True):
-            parts.append(format_duration(v) if role == "duration" else f"{v:g}")
-        return f"{self.func}({', '.join(parts)})"
-
-    @property
-    def duration_s(self) -> float:
-        roles = AGGREGATES[self.func][1:]
-        return max((v for r, v in zip(roles, self.args, strict=True) if r == "duration"), default=0.0)
-
-    @property
-    def view_call(self) -> tuple[str, tuple[float, ...]]:
-        """The ``WindowView`` method and its arguments after the metric."""
-        if self.func == "busy_share":  # shares fraction_below's memoised counts
-            return "fraction_below", self.args
-        if self.func == "zero_for":
-            return "below_for_s", (ZERO_PCT,)
-        if self.func == "watched_for":
-            return "watched_s", ()
-        return ("below_for_s" if self.func == "below_for" else self.func), self.args
-
-    def compute(self, view: WindowView) -> FloatArray:
-        """Per GPU of the view, in the view's index order."""
-        method, args = self.view_call
-        out: FloatArray = getattr(view, method)(self.metric, *args)
-        if self.func == "busy_share":
-            return 1.0 - out  # NaN (no present sample) stays NaN
-        return out / 60.0 if self.func in MINUTE_AGGREGATES else out
-
-
-class EvalContext:
-    """What an expression sees: one element per holding (a GPU of a workload).
-
-    ``gpu_index`` maps holdings to view indices (-1: the store has never seen that GPU,
-    so all its aggregates are NaN); ``group`` maps holdings to workloads 0..n-1, and
-    ``group_size`` is how many GPUs each workload holds. ``attributes`` are computed
-    lazily, once, by name.
-    """
-
-    def __init__(
-        self,
-        view: WindowView,
-        gpu_index: npt.NDArray[np.intp],
-        group: npt.NDArray[np.intp],
-        group_size: FloatArray,
-        attributes: Mapping[str, Callable[[], FloatArray]],
-    ) -> None:
-        self.view = view
-        self.gpu_index = gpu_index
-        self.group = group
-        self.group_size = group_size
-        self.size = len(gpu_index)
-        self._attributes = attributes
-        self._unknown = gpu_index < 0
-        self._safe_index = np.where(self._unknown, 0, gpu_index)
-        self._cache: dict[object, FloatArray] = {}
-
-    def aggregate(self, agg: Aggregate) -> FloatArray:
-        hit = self._cache.get(agg)
-        if hit is None:
-            if len(self.view) == 0:
-                hit = np.full(self.size, np.nan)
-            else:
-                hit = agg.compute(self.view)[self._safe_index]
-                hit[self._unknown] = np.nan
-            self._cache[agg] = hit
-        return hit
-
-    def attribute(self, name: str) -> FloatArray:
-        hit = self._cache.get(name)
-        if hit is None:
-            hit = np.asarray(self._attributes[name](), dtype=np.float64)
-            self._cache[name] = hit
-        return hit
-
-    def per_group(self, values: FloatArray) -> FloatArray:
-        """Sum ``values`` per workload and hand each holding its workload's total."""
-        sums = np.bincount(self.group, weights=values, minlength=len(self.group_size))
-        out: FloatArray = sums[self.group].astype(np.float64)
-        return out
 
 
 def _tri(mask: Any, known: Any) -> Tri:
@@ -455,24 +357,6 @@ class _Compiler:
         return _Node("num", fn)
 
 
-def _rewrite_durations(text: str) -> tuple[str, list[tuple[int, int, int, int]]]:
-    """``30m`` -> ``1800.0``, remembering where each literal was in both texts."""
-    out: list[str] = []
-    spans: list[tuple[int, int, int, int]] = []
-    pos = 0
-    new_len = 0
-    for m in _DURATION.finditer(text):
-        out.append(text[pos : m.start()])
-        new_len += m.start() - pos
-        seconds = repr(float(m.group(1)) * _UNIT_S[m.group(2)])
-        spans.append((m.start(), m.end(), new_len, new_len + len(seconds)))
-        out.append(seconds)
-        new_len += len(seconds)
-        pos = m.end()
-    out.append(text[pos:])
-    return "".join(out), spans
-
-
 def compile_expr(source: str, *, scope: Scope = "gpu", kind: Kind = "bool") -> Expr:
     """Compile a rule expression; any problem is a ``RuleError`` naming the bad piece."""
     text = " ".join(source.split())  # YAML block scalars may span lines; eval mode may not
@@ -482,7 +366,7 @@ def compile_expr(source: str, *, scope: Scope = "gpu", kind: Kind = "bool") -> E
         raise RuleError(f"expression longer than {MAX_LENGTH} characters")
     if not text.isascii():
         raise RuleError("expression must be plain ASCII")
-    rewritten, spans = _rewrite_durations(text)
+    rewritten, spans = rewrite_durations(text)
     try:
         tree = ast.parse(rewritten, mode="eval")
     except SyntaxError as e:
