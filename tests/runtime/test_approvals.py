@@ -15,20 +15,15 @@ def stops(store, wid=None):
     return [a for a in store.actions(limit=1000, workload_id=wid) if a.level >= Level.GRACEFUL_STOP]
 
 
-KNOWN_REGRESSION = (
-    "known regression at this stop: the per-class default rules (services and unknown workloads "
-    "wait for 3.5 h of quiet) moved when this scenario's steps fall; the test needs re-timing"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=KNOWN_REGRESSION)
 def test_stops_wait_for_approval_then_run_once_rejected_never_expired_asked_again(
     make_steward, settings_for, run_for
 ):
-    settings = settings_for(policy={"approval": {"min_level": "L2", "expire_hours": 1}})
+    # Three hours: the notebook's stop comes only after two hours idle (the interactive class's
+    # rule), and the jobs' requests, made in the first hour, must still be pending then.
+    settings = settings_for(policy={"approval": {"min_level": "L2", "expire_hours": 3}})
     steward, _, clock, notifier = make_steward(settings)
     store = steward.store
-    reports = run_for(steward, clock, minutes=90)
+    reports = run_for(steward, clock, minutes=180)
 
     pending = store.approvals(ApprovalStatus.PENDING)
     assert len(pending) == 3, [r.to_dict() for r in store.approvals()]
@@ -57,7 +52,7 @@ def test_stops_wait_for_approval_then_run_once_rejected_never_expired_asked_agai
     assert "paper deadline" in decisions[-1].reason
 
     # The third request expires unanswered: never run, asked again while the waste holds.
-    run_for(steward, clock, minutes=60)
+    run_for(steward, clock, minutes=180)
     assert store.approval(lapse.id).status is ApprovalStatus.EXPIRED
     with pytest.raises(ControlError, match="not pending"):
         decide_approval(store, lapse.id, approve=True, by="alice", reason="", now=clock.now())
