@@ -7,6 +7,9 @@ Two capture formats are read, both pure text in, values out:
   ``--query-gpu`` and ``--query-compute-apps`` CSVs, ``-q`` text (MIG devices, process
   instance ids, PCIe), ``-L`` (MIG UUIDs) and ``pmon`` (per-process utilisation).
 
+A capture that cannot be read (truncated, a row without its uuid, XML that is not well formed)
+is a ``SourceError`` naming what is wrong, never a bare ``ValueError`` or ``KeyError``.
+
 Values nvidia-smi prints as ``N/A``, ``[N/A]``, ``[Not Supported]`` or "deprecated" become
 ``None``: the fake then answers "not supported" for them.
 """
@@ -15,10 +18,12 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
+from gpusteward.domain.errors import SourceError
 from gpusteward.integrations.nvml.fake import FakeGpu, FakeMig, FakeNode, FakeProcess
 
 _NUM = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
@@ -29,7 +34,8 @@ def number(text: str | None) -> float | None:
     if text is None:
         return None
     m = _NUM.match(text)
-    return float(m.group(1)) if m else None
+    v = float(m.group(1)) if m else None
+    return v if v is not None and math.isfinite(v) else None  # 400 digits is inf: no reading
 
 
 def _int(text: str | None) -> int | None:
@@ -57,6 +63,8 @@ def parse_query_gpu_csv(text: str) -> tuple[list[FakeGpu], str | None]:
         if not row:
             continue
         d = dict(zip(head, row, strict=False))
+        if "uuid" not in d or "name" not in d:
+            raise ValueError(f"query-gpu row without uuid and name: {row[:4]}")
         driver = d.get("driver_version") or driver
         gpus.append(
             FakeGpu(
@@ -85,6 +93,10 @@ def parse_compute_apps_csv(text: str) -> list[tuple[str, FakeProcess]]:
         if not row:
             continue
         d = dict(zip(head, row, strict=False))
+        if not {"gpu_uuid", "pid", "process_name"} <= d.keys() or not d["pid"].isdigit():
+            raise ValueError(
+                f"query-compute-apps row without gpu_uuid, a numeric pid and process_name: {row[:4]}"
+            )
         out.append(
             (
                 d["gpu_uuid"],
@@ -228,6 +240,13 @@ def _section(sections: dict[tuple[str, str], str], phase: str, prefix: str) -> s
 
 def node_from_capture(text: str, phase: str) -> FakeNode:
     """The node of one phase (``idle`` or ``load``) of an nvidia_gpu_exporter capture file."""
+    try:
+        return _node_from_capture(text, phase)
+    except (ValueError, KeyError, IndexError) as e:  # a pure parser: every one is a bad capture
+        raise SourceError(f"nvidia-smi capture, phase {phase!r}: unreadable ({type(e).__name__}: {e})") from e
+
+
+def _node_from_capture(text: str, phase: str) -> FakeNode:
     sections = split_capture(text)
     gpus, driver = parse_query_gpu_csv(_section(sections, phase, "query-gpu"))
     if not gpus:
@@ -249,6 +268,8 @@ def node_from_capture(text: str, phase: str) -> FakeNode:
             if p.type == "graphics":  # not in --query-compute-apps
                 gpu.processes.append(p)
     for uuid, proc in parse_compute_apps_csv(_section(sections, phase, "query-compute-apps")):
+        if uuid not in by_uuid:
+            raise ValueError(f"compute app on GPU {uuid!r}, which query-gpu does not list")
         index, gpu = by_uuid[uuid]
         seen = (
             next((p for p in _q_processes(q[index]) if p.pid == proc.pid), None) if index < len(q) else None
@@ -286,7 +307,12 @@ def _xml_power(gpu: ET.Element) -> float | None:
 def parse_smi_xml(text: str) -> FakeNode:
     """``nvidia-smi -q -x``. MIG devices lack UUIDs before DTD v13; they get NVML's
     pre-R470 form ``MIG-<GPU UUID>/<GI>/<CI>``."""
-    root = ET.fromstring(text)  # noqa: S314 - our own fixtures, no entities
+    if "<!ENTITY" in text:  # nvidia-smi never declares entities; refusing them bounds expansion
+        raise SourceError("nvidia-smi XML: entities are not allowed")
+    try:
+        root = ET.fromstring(text)  # noqa: S314 - entities refused above, no external DTD is loaded
+    except ET.ParseError as e:
+        raise SourceError(f"nvidia-smi XML: not well-formed XML ({e})") from e
     gpus: list[FakeGpu] = []
     for el in root.findall("gpu"):
         uuid = _x(el, "uuid") or f"GPU-unknown-{len(gpus)}"
@@ -319,9 +345,12 @@ def parse_smi_xml(text: str) -> FakeNode:
             )
         for p in el.findall("processes/process_info"):
             kind = {"C": "compute", "G": "graphics", "C+G": "both"}.get(_x(p, "type") or "C", "compute")
+            pid = _int(_x(p, "pid"))
+            if pid is None or pid < 0:
+                raise SourceError(f"nvidia-smi XML: GPU {uuid}: process without a pid: {_x(p, 'pid')!r}")
             gpu.processes.append(
                 FakeProcess(
-                    pid=int(_x(p, "pid") or 0),
+                    pid=pid,
                     used_mib=number(_x(p, "used_memory")),
                     type=kind,
                     name=_x(p, "process_name") or "",
