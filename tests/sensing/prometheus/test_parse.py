@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import WorkloadKind
 from gpusteward.integrations.prometheus.assemble import Assembler, build_workloads
 from gpusteward.integrations.prometheus.parse import (
@@ -273,9 +274,9 @@ def test_parse_api_result() -> None:
     )
     assert series[0].points == [(10.5, "3")]
     assert warnings == ["partial response"]
-    with pytest.raises(ValueError, match="bad_data: parse error"):
+    with pytest.raises(SourceError, match="bad_data: parse error"):
         parse_api_result({"status": "error", "errorType": "bad_data", "error": "parse error"})
-    with pytest.raises(ValueError, match=r"no data\.result"):
+    with pytest.raises(SourceError, match=r"no data\.result"):
         parse_api_result({"status": "success", "data": {}})
-    with pytest.raises(ValueError, match="resultType"):
+    with pytest.raises(SourceError, match="resultType"):
         parse_api_result({"status": "success", "data": {"resultType": "scalar", "result": [{}]}})

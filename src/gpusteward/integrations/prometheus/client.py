@@ -105,7 +105,7 @@ class PrometheusClient:
             ) from e
         try:
             series, warnings = parse_api_result(body)
-        except (ValueError, KeyError, TypeError) as e:
+        except SourceError as e:
             msg = f"prometheus answered {resp.status_code}: {e}: {what}"
             if "too many samples" in str(e):
                 raise TooManySamples(msg) from e

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpusteward.domain.errors import SourceError
+
 
 @dataclass(frozen=True, slots=True)
 class RawSeries:
@@ -20,32 +22,62 @@ class RawSeries:
         return self.labels.get("__name__", "")
 
 
+#: Timestamps past year 9999 (or before 1970) are no Prometheus answer and no ``datetime``.
+MAX_TIME_S = 253_402_300_799.0
+
+
+def _time(raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise SourceError(f"a point's time is not a number: {str(raw)[:60]!r}")
+    try:
+        t = float(raw)
+    except (ValueError, OverflowError):
+        raise SourceError(f"a point's time is not a number: {str(raw)[:60]!r}") from None
+    if not 0.0 <= t <= MAX_TIME_S:  # NaN fails this too
+        raise SourceError(f"a point's time is out of range: {str(raw)[:60]!r}")
+    return t
+
+
+def _point(raw: Any) -> tuple[float, str]:
+    if not isinstance(raw, list | tuple) or len(raw) != 2:
+        raise SourceError(f"a point is not a [time, value] pair: {str(raw)[:80]!r}")
+    return _time(raw[0]), str(raw[1])
+
+
 def parse_api_result(body: Any) -> tuple[list[RawSeries], list[str]]:
     """Series and warnings of a ``/api/v1/query`` or ``query_range`` JSON body.
 
-    Raises ``ValueError`` naming the problem when the body is not a successful answer.
+    Raises ``SourceError`` naming the problem when the body is not a successful answer or is
+    not shaped like one.
     """
     if not isinstance(body, dict):
-        raise ValueError("answer is not a JSON object")
+        raise SourceError("answer is not a JSON object")
     if body.get("status") != "success":
-        raise ValueError(f"{body.get('errorType', 'error')}: {str(body.get('error', body))[:300]}")
+        raise SourceError(f"{str(body.get('errorType', 'error'))[:60]}: {str(body.get('error', body))[:300]}")
     data = body.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("result"), list):
-        raise ValueError("answer has no data.result list")
+        raise SourceError("answer has no data.result list")
     kind = data.get("resultType")
-    warnings = [str(w)[:300] for w in body.get("warnings") or []]
+    if kind not in ("matrix", "vector"):
+        raise SourceError(f"unexpected resultType {str(kind)[:60]!r}")
+    raw_warnings = body.get("warnings") or []
+    warnings = (
+        [str(w)[:300] for w in raw_warnings] if isinstance(raw_warnings, list) else [str(raw_warnings)[:300]]
+    )
     out: list[RawSeries] = []
     for item in data["result"]:
         if not isinstance(item, dict):
-            raise ValueError("a result item is not an object")
+            raise SourceError("a result item is not an object")
         labels = item.get("metric") or {}
+        if not isinstance(labels, dict):
+            raise SourceError(f"a result item's metric is not an object: {str(labels)[:80]!r}")
         if kind == "matrix":
-            points = [(float(t), str(v)) for t, v in item.get("values") or []]
-        elif kind == "vector":
-            t, v = item["value"]
-            points = [(float(t), str(v))]
+            values = item.get("values") or []
+            if not isinstance(values, list):
+                raise SourceError(f"a matrix item's values is not a list: {str(values)[:80]!r}")
+            points = [_point(p) for p in values]
         else:
-            raise ValueError(f"unexpected resultType {kind!r}")
+            points = [_point(item.get("value"))]
         out.append(RawSeries({str(k): str(v) for k, v in labels.items()}, points))
     return out, warnings
 
