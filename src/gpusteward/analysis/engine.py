@@ -24,9 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.analysis.aggregates import Aggregate, EvalContext, FloatArray
-from gpusteward.analysis.classes import CLASSES, workload_class
 from gpusteward.analysis.messages import Columns, messages
 from gpusteward.analysis.rules import CompiledRule
+from gpusteward.domain.classes import CLASSES, workload_class
 from gpusteward.domain.models import Finding, Gpu, Metric, RuleAction, Workload
 from gpusteward.store.window import WindowView
 

@@ -16,9 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.analysis.aggregates import Aggregate, EvalContext, format_duration
-from gpusteward.analysis.classes import workload_class
 from gpusteward.analysis.evidence import evidence_texts
 from gpusteward.analysis.rules import CompiledRule
+from gpusteward.domain.classes import workload_class
 from gpusteward.domain.models import Gpu, Metric, Workload
 
 _T = TypeVar("_T")

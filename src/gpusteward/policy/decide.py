@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from gpusteward.domain.classes import workload_class
 from gpusteward.domain.models import (
     Decision,
     Finding,
@@ -129,7 +130,8 @@ def _join(*parts: str) -> str:
 
 
 def _ahead(state: LadderState, p: _Plan, now: datetime, settings: PolicySettings) -> str:
-    steps = ladder.schedule(state, settings.ladder, now, advice=p.advice, max_level=settings.max_level)
+    timings = settings.ladder if p.workload is None else settings.ladder.for_class(workload_class(p.workload))
+    steps = ladder.schedule(state, timings, now, advice=p.advice, max_level=settings.max_level)
     if not steps:
         return ""
     plan = ", ".join(f"{s.title} ({s.name}) {ladder.when(at, now)}" for s, at in steps)
@@ -196,7 +198,8 @@ def _plan(wid: str, findings: Sequence[Finding], inp: PolicyInput, settings: Pol
         p.state = ladder.observe(prev, driver.rule, now)
     else:
         p.state = ladder.start(wid, w.incarnation, driver.rule, now)
-    nxt = ladder.next_step(p.state, settings.ladder, advice=advice)
+    # Each class its own timings (a service may get longer to answer its owner, say).
+    nxt = ladder.next_step(p.state, settings.ladder.for_class(workload_class(w)), advice=advice)
     if nxt is None:
         p.hold = Hold.ADVICE_ONLY if advice else Hold.WAITING
         done = ladder.STEPS[p.state.step].title if p.state.step in ladder.STEPS else p.state.step

@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpusteward.domain.classes import WorkloadClass
 from gpusteward.domain.models import PROTECT_KEY, Level
 
 
@@ -50,6 +51,36 @@ class LadderSettings(_Strict):
         ge=0,
         le=86400,
         description="Seconds executors wait between the checkpoint signal and SIGTERM.",
+    )
+    by_class: dict[WorkloadClass, ClassLadderSettings] = Field(
+        default_factory=dict,
+        description="Per workload class (service, batch, interactive, unknown), timings that "
+        "differ from the above, e.g. by_class.service.graceful_stop_after_minutes: 60.",
+    )
+
+    def for_class(self, cls: WorkloadClass) -> LadderSettings:
+        """These timings with ``cls``'s own over them."""
+        own = self.by_class.get(cls)
+        if own is None:
+            return self
+        return self.model_copy(update=own.model_dump(exclude_none=True))
+
+
+class ClassLadderSettings(_Strict):
+    """One workload class's own timings; a field left out keeps the ladder's."""
+
+    warn_again_after_minutes: float | None = Field(
+        None, ge=0, le=10080, description="Minutes after the first warning before the second."
+    )
+    graceful_stop_after_minutes: float | None = Field(
+        None,
+        ge=0,
+        le=10080,
+        description="Minutes after the first warning before the graceful stop (for a service: the "
+        "scale-down).",
+    )
+    force_after_minutes: float | None = Field(
+        None, ge=0, le=10080, description="Minutes after the graceful stop before a force stop."
     )
 
 
