@@ -1,14 +1,23 @@
 """Slurm's compact notations: hostlists (``gpu[01-03,07]``) and GRES details (``gpu:h100:4(IDX:0-3)``).
 
-Pure functions; a malformed string raises ``ValueError`` naming it.
+Pure functions; a malformed string raises ``ValueError`` naming it. Expansion is bounded: a
+hostlist such as ``n[0-99999999999]`` is refused before anything is allocated.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import math
 import re
 from dataclasses import dataclass
+
+#: More hosts than any cluster has: one hostlist never expands past this.
+MAX_HOSTS = 100_000
+#: More GPUs than any node has: one GRES index list never expands past this.
+MAX_GPU_INDICES = 4096
+#: Range bounds longer than this are no node numbers (and ``int()`` refuses past 4300 digits).
+_MAX_DIGITS = 18
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
@@ -34,13 +43,35 @@ def _range(spec: str, whole: str) -> list[str]:
     """``01-03`` → ``01 02 03`` (zero padding kept); ``7`` → ``7``."""
     lo, sep, hi = spec.partition("-")
     if not lo.isdigit() or (sep and not hi.isdigit()):
-        raise ValueError(f"bad hostlist range {spec!r} in {whole!r}")
+        raise ValueError(f"bad hostlist range {spec!r} in {whole[:120]!r}")
+    if sep and max(len(lo), len(hi)) > _MAX_DIGITS:
+        raise ValueError(
+            f"hostlist range {spec[:40]!r} in {whole[:120]!r} has numbers over {_MAX_DIGITS} digits"
+        )
     if not sep:
         return [lo]
     width = len(lo) if lo.startswith("0") else 0
     if int(hi) < int(lo):
         raise ValueError(f"descending hostlist range {spec!r} in {whole!r}")
+    if int(hi) - int(lo) >= MAX_HOSTS:
+        raise ValueError(f"hostlist range {spec!r} in {whole[:120]!r} is over {MAX_HOSTS} hosts")
     return [str(i).zfill(width) for i in range(int(lo), int(hi) + 1)]
+
+
+def _bracket(inner: str, whole: str) -> list[str]:
+    """The names of one ``[...]`` group, refused past ``MAX_HOSTS`` before they are built."""
+    out: list[str] = []
+    for r in inner.split(","):
+        lo, _sep, hi = r.strip().partition("-")
+        if (
+            lo.isdigit()
+            and hi.isdigit()
+            and max(len(lo), len(hi)) <= _MAX_DIGITS
+            and len(out) + int(hi) - int(lo) >= MAX_HOSTS
+        ):
+            raise ValueError(f"hostlist {whole[:120]!r} expands to over {MAX_HOSTS} hosts")
+        out.extend(_range(r.strip(), whole))
+    return out
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -55,10 +86,10 @@ def _expand_hostlist(text: str) -> tuple[str, ...]:
         pieces = re.split(r"\[([^\]]*)\]", part)
         if any(c in p for p in pieces[::2] for c in "[]"):
             raise ValueError(f"unbalanced brackets in hostlist {text!r}")
-        choices = [
-            [p] if i % 2 == 0 else [v for r in p.split(",") for v in _range(r.strip(), text)]
-            for i, p in enumerate(pieces)
-        ]
+        choices = [[p] if i % 2 == 0 else _bracket(p, text) for i, p in enumerate(pieces)]
+        # Several bracket groups multiply out: count before building the product.
+        if math.prod(len(c) for c in choices) + len(hosts) > MAX_HOSTS:
+            raise ValueError(f"hostlist {text[:120]!r} expands to over {MAX_HOSTS} hosts")
         hosts.extend("".join(combo) for combo in itertools.product(*choices))
     return tuple(hosts)
 
@@ -69,7 +100,12 @@ def expand_indices(text: str) -> tuple[int, ...]:
     for part in _split_top(text):
         lo, sep, hi = part.partition("-")
         if not lo.strip().isdigit() or (sep and not hi.strip().isdigit()):
-            raise ValueError(f"bad GPU index list {text!r}")
+            raise ValueError(f"bad GPU index list {text[:120]!r}")
+        if max(len(lo.strip()), len(hi.strip())) > _MAX_DIGITS:
+            raise ValueError(f"GPU index list {text[:120]!r} has numbers over {_MAX_DIGITS} digits")
+        span = int(hi) - int(lo) + 1 if sep else 1
+        if len(out) + span > MAX_GPU_INDICES:
+            raise ValueError(f"GPU index list {text[:120]!r} is over {MAX_GPU_INDICES} indices")
         out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
     return tuple(out)
 

@@ -9,6 +9,7 @@ known range is refused: misreading a job table could stop the wrong job.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +37,8 @@ def _num(value: Any) -> int | None:
         value = value.get("number")
     if isinstance(value, bool) or value is None:
         return None
+    if isinstance(value, float) and not math.isfinite(value):  # JSON's Infinity, 1e999, NaN
+        return None
     if isinstance(value, int | float):
         n = int(value)
         return None if n >= _NO_VAL else n
@@ -44,23 +47,28 @@ def _num(value: Any) -> int | None:
     return None
 
 
+def _map(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is an object, else empty: a field of the wrong shape reads as absent."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def _str(value: Any) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
 def _version(meta: Mapping[str, Any]) -> tuple[tuple[int, int] | None, str]:
     """(major, minor) and the release text, from ``meta.Slurm`` (≤23.02) or ``meta.slurm``."""
-    info = meta.get("slurm") or meta.get("Slurm") or {}
-    version = info.get("version") or {} if isinstance(info, Mapping) else {}
+    info = _map(meta.get("slurm") or meta.get("Slurm"))
+    version = _map(info.get("version"))
     major, minor = _num(version.get("major")), _num(version.get("minor"))
-    release = _str(info.get("release")) if isinstance(info, Mapping) else ""
+    release = _str(info.get("release"))
     if major is None or minor is None:
         return None, release
     return (major, minor), release or f"{major}.{minor:02d}"
 
 
 def _parser_version(meta: Mapping[str, Any]) -> str:
-    plugin = meta.get("plugin") or {}
+    plugin = _map(meta.get("plugin"))
     for key in ("data_parser", "type"):
         m = re.search(r"v\d+\.\d+\.\d+", _str(plugin.get(key)))
         if m:
@@ -89,7 +97,8 @@ def check_version(meta: Any) -> str:
 def _errors(payload: Mapping[str, Any]) -> list[str]:
     """Errors the command reported inside an exit-0 payload (22.05 does this when the controller is down)."""
     out = []
-    for e in payload.get("errors") or []:
+    raw = payload.get("errors")
+    for e in raw if isinstance(raw, list) else [raw] if raw else []:  # a lone error is still one
         if not isinstance(e, Mapping):
             out.append(str(e))
             continue
@@ -171,7 +180,7 @@ def parse_job(job: Mapping[str, Any], cluster: str = "") -> SlurmJob:
         partition=_str(job.get("partition")),
         qos=_str(job.get("qos")),
         states=states,
-        started_at=utc(start) if start else None,
+        started_at=utc(start) if start and start > 0 else None,  # 0 or below: not started
         time_limit_minutes=_num(job.get("time_limit")),
         nodes=tuple(nodes),
         gpu_indices=indices,
@@ -224,15 +233,16 @@ def parse_jobs_json(text: str) -> tuple[JobView, list[str]]:
         payload = json.loads(text)
     except ValueError as e:
         raise SourceError(f"squeue --json: not JSON ({e}): {text[:120]!r}") from e
+    except RecursionError:
+        raise SourceError(f"squeue --json: JSON nested too deeply: {text[:120]!r}") from None
     if not isinstance(payload, Mapping) or not isinstance(payload.get("jobs", []), list):
         raise SourceError(f"squeue --json: no jobs array in {text[:120]!r}")
     release = check_version(payload.get("meta"))
     errors = _errors(payload)
     if errors:
         raise SourceError(f"squeue --json reported: {'; '.join(errors)[:300]}")
-    meta = payload.get("meta") or {}
-    info = meta.get("slurm") or meta.get("Slurm") or {}
-    cluster = _str(info.get("cluster")) if isinstance(info, Mapping) else ""
+    meta = _map(payload.get("meta"))
+    cluster = _str(_map(meta.get("slurm") or meta.get("Slurm")).get("cluster"))
     problems: list[str] = []
     plain: list[SlurmJob] = []
     het: dict[str, list[SlurmJob]] = {}
@@ -243,7 +253,7 @@ def parse_jobs_json(text: str) -> tuple[JobView, list[str]]:
             ident = raw.get("job_id", "?") if isinstance(raw, Mapping) else "?"
             problems.append(f"slurm job {ident}: unreadable ({type(e).__name__}: {e})")
             continue
-        het_id = _num(raw.get("het_job_id"))
+        het_id = _num(raw.get("het_job_id"))  # raw is a Mapping: parse_job read it
         if het_id:
             het.setdefault(str(het_id), []).append(job)
         else:

@@ -7,6 +7,7 @@ scontrol prints local times without an offset, so the caller passes the controll
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, tzinfo
@@ -23,7 +24,16 @@ _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
 
 def parse_duration_minutes(text: str) -> float | None:
     """Slurm durations in minutes: ``30``, ``30:00``, ``1:30:00``, ``2-00``, ``2-12:00``,
-    ``2-12:00:00``, ``12:34.567``; None for ``UNLIMITED``, ``Partition_Limit``, blanks."""
+    ``2-12:00:00``, ``12:34.567``; None for ``UNLIMITED``, ``Partition_Limit``, blanks and
+    anything unreadable or not finite (``1e999``, ``1:xx``)."""
+    try:
+        minutes = _duration_minutes(text)
+    except ValueError:
+        return None
+    return minutes if minutes is not None and math.isfinite(minutes) else None
+
+
+def _duration_minutes(text: str) -> float | None:
     t = text.strip()
     if not t or not t[0].isdigit():
         return None
