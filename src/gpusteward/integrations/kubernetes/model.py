@@ -93,6 +93,16 @@ def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return m if isinstance(m, Mapping) else {}
 
 
+def _map(v: Any) -> Mapping[str, Any]:
+    """``v`` when it is an object, else empty: a field of the wrong shape reads as absent
+    (a pod that fails the schema must not take the whole observation down)."""
+    return v if isinstance(v, Mapping) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
 def _str_map(v: Any) -> dict[str, str]:
     return {str(k): str(x) for k, x in v.items()} if isinstance(v, Mapping) else {}
 
@@ -110,16 +120,18 @@ def parse_time(text: Any) -> datetime | None:
 def _count(q: Any) -> int:
     """A GPU quantity ("1", 2): extended resources are whole numbers."""
     try:
-        return int(str(q))
+        return max(0, int(str(q)))  # a negative count holds nothing
     except ValueError:
         return 0
 
 
 def _container_gpus(c: Mapping[str, Any]) -> tuple[int, tuple[str, ...]]:
-    res = c.get("resources") or {}
+    res = _map(c.get("resources"))
     # Extended resources must be limited (requests default to the limit, or equal it).
-    amounts = {**(res.get("requests") or {}), **(res.get("limits") or {})}
-    names = tuple(sorted(k for k in amounts if k == GPU_RESOURCE or k.startswith(MIG_PREFIX)))
+    amounts = {**_map(res.get("requests")), **_map(res.get("limits"))}
+    names = tuple(
+        sorted(k for k in amounts if isinstance(k, str) and (k == GPU_RESOURCE or k.startswith(MIG_PREFIX)))
+    )
     return sum(_count(amounts[k]) for k in names), names
 
 
@@ -128,16 +140,20 @@ def gpu_request(pod: Mapping[str, Any]) -> tuple[int, tuple[str, ...], tuple[str
 
     Like the scheduler: the larger of the containers' sum and the largest init container.
     """
-    spec = pod.get("spec") or {}
+    spec = _map(pod.get("spec"))
     total, names, containers = 0, set[str](), []
-    for c in spec.get("containers") or []:
+    for c in _list(spec.get("containers")):
+        if not isinstance(c, Mapping):
+            continue
         n, kinds = _container_gpus(c)
         if n:
             total += n
             names.update(kinds)
             containers.append(str(c.get("name", "")))
     init = 0
-    for c in spec.get("initContainers") or []:
+    for c in _list(spec.get("initContainers")):
+        if not isinstance(c, Mapping):
+            continue
         n, kinds = _container_gpus(c)
         if n:
             init = max(init, n)
@@ -175,10 +191,10 @@ class PodInfo:
 
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     m = meta(pod)
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+    spec = _map(pod.get("spec"))
+    status = _map(pod.get("status"))
     gpus, names, containers = gpu_request(pod)
-    refs = tuple(r for r in (m.get("ownerReferences") or []) if isinstance(r, Mapping))
+    refs = tuple(r for r in _list(m.get("ownerReferences")) if isinstance(r, Mapping))
     return PodInfo(
         namespace=str(m.get("namespace", "")),
         name=str(m.get("name", "")),
@@ -198,7 +214,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
 
 def controller_ref(obj_meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The managing owner (``controller: true``), else the only owner, else None."""
-    refs = [r for r in (obj_meta.get("ownerReferences") or []) if isinstance(r, Mapping)]
+    refs = [r for r in _list(obj_meta.get("ownerReferences")) if isinstance(r, Mapping)]
     ctrl = [r for r in refs if r.get("controller")]
     if ctrl:
         return ctrl[0]
