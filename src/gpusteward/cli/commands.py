@@ -179,7 +179,9 @@ def run(
         # Held until this process ends: a second `run` on the same SQLite file stops here.
         writer = hold_writer_lock(settings.store.url)
         steward, _ = build_steward(settings, source_name=source)
-        check_writable(steward.store)  # a read-only database: one line now, not a traceback a tick
+        store = steward.store
+        assert isinstance(store, StateStore)  # built from store.url
+        check_writable(store)  # a read-only database: one line now, not a traceback a tick
         stop = StopFlag()
         signal.signal(signal.SIGTERM, stop.set)
         signal.signal(signal.SIGINT, stop.set)
@@ -194,7 +196,7 @@ def run(
             stop,
             listen=listen,
             max_ticks=max_ticks,
-            web=web_for_run(settings, steward.store) if web else None,
+            web=web_for_run(settings, store) if web else None,
         )
         err.print(f"stopped after {ticks} tick(s)")
         if writer is not None:

@@ -19,10 +19,10 @@ from typing import Any
 import jinja2
 
 from gpusteward.domain.models import ApprovalStatus, Level, Notice
+from gpusteward.domain.store_ports import TickStore
 from gpusteward.notify.links import LinkSigner
 from gpusteward.notify.settings import NotifySettings, Route
 from gpusteward.policy.settings import PolicySettings
-from gpusteward.store.db import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class AppriseNotifier:
     def __init__(
         self,
         settings: NotifySettings,
-        store: StateStore | None = None,
+        store: TickStore | None = None,
         *,
         policy: PolicySettings | None = None,
         links: LinkSigner | None = None,
@@ -297,7 +297,7 @@ def _finding_context(episode: Any) -> dict[str, Any]:
 
 def notifier_from_settings(
     settings: NotifySettings,
-    store: StateStore | None,
+    store: TickStore | None,
     *,
     policy: PolicySettings | None = None,
     links: LinkSigner | None = None,

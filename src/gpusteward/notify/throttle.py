@@ -20,9 +20,8 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from gpusteward.domain.models import Level, Notice, Owner
 from gpusteward.domain.ports import Notifier
+from gpusteward.domain.store_ports import NoticeLog
 from gpusteward.policy.settings import NoticeSettings
-from gpusteward.store import queries
-from gpusteward.store.db import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +33,7 @@ _DRY_RUN = "[dry-run] "
 class ThrottledNotifier:
     """Implements ``Notifier`` (plus ``deliver`` and ``flush``) around another notifier."""
 
-    def __init__(self, inner: Notifier, store: StateStore, settings: NoticeSettings) -> None:
+    def __init__(self, inner: Notifier, store: NoticeLog, settings: NoticeSettings) -> None:
         self.inner = inner
         self.store = store
         self.settings = settings
@@ -87,7 +86,7 @@ class ThrottledNotifier:
         self._send_digests(day, at)
         self._counts, self._keys = Counter(), set()
         start = datetime.combine(day, time(), tzinfo=UTC)
-        for record in queries.notices_since(self.store, start):
+        for record in self.store.notices_since(start):
             n = record.notice
             if record.sent and n.owner is not None:
                 self._counts[n.owner.user] += 1
@@ -97,7 +96,7 @@ class ThrottledNotifier:
     def _rebuild_held(self, today: date) -> None:
         """The held notices of recent days whose digest was not sent (a restart lost them)."""
         start = datetime.combine(today - DIGEST_LOOKBACK, time(), tzinfo=UTC)
-        records = queries.notices_since(self.store, start)
+        records = self.store.notices_since(start)
         sent_keys = {r.notice.dedup_key for r in records if r.sent and r.notice.dedup_key}
         for r in records:
             n = r.notice
@@ -117,7 +116,7 @@ class ThrottledNotifier:
         for day, user in due:
             notices = self._held.pop((day, user))
             key = f"digest:{user}:{day:%Y-%m-%d}"
-            if queries.notice_sent(self.store, key):
+            if self.store.notice_sent(key):
                 continue  # sent before a restart: once only
             lines = [f"- {n.at:%H:%M} UTC {n.subject} (workload {n.workload_id})" for n in notices]
             body = "\n".join(

@@ -45,7 +45,7 @@ class ApprovalView:
 def approval_key(action_key: str, attempt: int) -> str:
     """The approval request key for the ``attempt``-th request of one step: the action key for the
     first, ``<key>~r2``, ``<key>~r3``… after each expiry (keys are unique per request;
-    ``store.queries.base_key`` reverses it)."""
+    ``domain.records.base_key`` reverses it)."""
     return action_key if attempt <= 1 else f"{action_key}~r{attempt}"
 
 

@@ -11,6 +11,7 @@ from gpusteward.analysis.rules import CompiledRule, RulePack, compile_rules, def
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.integration import Integration
 from gpusteward.domain.ports import Clock, Notifier, SystemClock
+from gpusteward.domain.store_ports import TickStore
 from gpusteward.notify.throttle import ThrottledNotifier
 from gpusteward.policy.owner import check_calendar
 from gpusteward.runtime.config import Settings
@@ -51,13 +52,14 @@ def build_steward(
     clock: Clock | None = None,
     source_name: str | None = None,
     notifier: Notifier | None = None,
-    store: StateStore | None = None,
+    store: TickStore | None = None,
     integration: Integration | None = None,
     backfill: bool = True,
 ) -> tuple[Steward, Integration]:
     """Everything the loop needs, from settings. Fills the window from history when the source has one.
 
-    ``integration`` replaces the configured one (a restarted agent watching the same cluster).
+    ``integration`` replaces the configured one (a restarted agent watching the same cluster);
+    ``store`` the SQL store that ``store.url`` names (``store.memory.MemoryStore`` for tests).
     """
     guard_clock_jumps = clock is None  # simulated clocks move wall time on purpose
     clock = clock or SystemClock()
@@ -65,8 +67,9 @@ def build_steward(
     check_calendar(settings.policy.working_hours)
     integration = integration or build_integration(settings, clock, source_name)
     if store is None:
-        store = StateStore(settings.store.url)
-        store.create_schema()
+        sql = StateStore(settings.store.url)
+        sql.create_schema()
+        store = sql
     interval = settings.tick_seconds
     window = WindowStore(window_s=settings.store.window_minutes * 60, interval_s=interval)
     tide = build_tide(settings, integration)

@@ -19,8 +19,8 @@ from datetime import datetime
 from gpusteward.domain.errors import ExecutionError
 from gpusteward.domain.models import Action, ActionStatus, Decision, Workload
 from gpusteward.domain.ports import StagedExecutor
+from gpusteward.domain.records import AuditNote
 from gpusteward.runtime.runner import ActionResult, ActionRunner, settled
-from gpusteward.store.actions import AuditNote
 
 log = logging.getLogger(__name__)
 

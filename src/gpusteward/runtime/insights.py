@@ -29,9 +29,9 @@ from gpusteward.analysis.anomaly import AnomalyUnavailable, detect
 from gpusteward.analysis.engine import AnalysisResult
 from gpusteward.analysis.features import extract
 from gpusteward.domain.models import Finding, Gpu, Metric, RuleAction, Workload
+from gpusteward.domain.records import Mark
+from gpusteward.domain.store_ports import HasLedger
 from gpusteward.runtime.insights_settings import InsightsSettings
-from gpusteward.store.db import StateStore
-from gpusteward.store.ledger import LedgerStore, Mark
 from gpusteward.store.window import WindowView
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class Lifetimes:
     ``store`` the sums are saved every ``save_every_s`` as ledger marks and read back at the
     first update, so a restart goes on counting."""
 
-    store: StateStore | None = None
+    store: HasLedger | None = None
     save_every_s: float = 300.0
     _lives: dict[str, _Life] = field(default_factory=dict)
     _last: datetime | None = None
@@ -110,7 +110,7 @@ class Lifetimes:
         if self._loaded or self.store is None:
             return
         self._loaded = True
-        for key, m in LedgerStore(self.store).marks().items():
+        for key, m in self.store.ledger.marks().items():
             if key.startswith(_LIFE):
                 d = m.data
                 self._lives[key[len(_LIFE) :]] = _Life(
@@ -138,7 +138,7 @@ class Lifetimes:
             if life.since is None  # one not seen since the restart keeps its mark as it was
         ]
         try:
-            LedgerStore(self.store).add({}, {}, marks, [_LIFE + g for g in sorted(self._gone)])
+            self.store.ledger.add({}, {}, marks, [_LIFE + g for g in sorted(self._gone)])
         except Exception:  # the sums stay in memory; the next save tries again
             log.exception("workload lifetimes not saved")
             return
@@ -251,7 +251,7 @@ class Insights:
             log.warning("%s", text)
 
 
-def build_insights(settings: Settings, store: StateStore | None) -> Insights | None:
+def build_insights(settings: Settings, store: HasLedger | None) -> Insights | None:
     """The insights for ``settings`` (None when they are off)."""
     if not settings.insights.enabled:
         return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from gpusteward.analysis.cost import PriceTable
 from gpusteward.domain.models import (
@@ -30,9 +30,9 @@ from gpusteward.domain.models import (
     RuleAction,
     Workload,
 )
+from gpusteward.domain.records import DailyAmounts, DailyKey, Mark, UsageAmounts, UsageKey, day_key
+from gpusteward.domain.store_ports import HasLedger, WorkloadBook
 from gpusteward.runtime.runner import ActionResult
-from gpusteward.store.db import StateStore
-from gpusteward.store.ledger import DailyAmounts, DailyKey, LedgerStore, Mark, UsageAmounts, UsageKey, day_key
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,10 @@ _SAVED = "saved:"
 #: A finished savings mark is kept this long, so a later step on the same stop is not credited again.
 _KEEP_DONE = timedelta(days=7)
 _NOBODY = Owner("(unallocated)")
+
+
+class RecorderStore(WorkloadBook, HasLedger, Protocol):
+    """The ledger, and the snapshots of workloads that left before their stop was credited."""
 
 
 def split_days(start: datetime, end: datetime) -> list[tuple[str, float]]:
@@ -64,14 +68,14 @@ class LedgerRecorder:
 
     def __init__(
         self,
-        store: StateStore,
+        store: RecorderStore,
         prices: PriceTable,
         *,
         flush_every_s: float = 0.0,
         max_gap_s: float = 900.0,
         savings_end: SavingsEnd | None = None,
     ) -> None:
-        self.ledger = LedgerStore(store)
+        self.ledger = store.ledger
         self.store = store
         self.prices = prices
         self.flush_every_s = flush_every_s

@@ -44,6 +44,7 @@ from gpusteward.domain.models import (
     Workload,
 )
 from gpusteward.domain.ports import Clock, Leadership, Source
+from gpusteward.domain.store_ports import TickStore
 from gpusteward.policy import PolicySettings
 from gpusteward.policy.approval import hold_for_approval
 from gpusteward.runtime.followup import follow_up
@@ -54,7 +55,6 @@ from gpusteward.runtime.planning import plan_ladders, save_ladders, with_runner_
 from gpusteward.runtime.reconcile import Judgement, Reconciler
 from gpusteward.runtime.runner import ActionResult, ActionRunner
 from gpusteward.runtime.tide_step import TideStep
-from gpusteward.store.db import StateStore
 from gpusteward.store.window import WindowStore
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class Steward:
     """The agent: owns the window, reads and writes the state store, drives the runner."""
 
     source: Source
-    store: StateStore
+    store: TickStore
     window: WindowStore
     rules: Sequence[CompiledRule]
     runner: ActionRunner

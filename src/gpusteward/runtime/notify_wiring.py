@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import secrets
+
 from gpusteward.domain.ports import Notifier
+from gpusteward.domain.store_ports import TickStore
 from gpusteward.notify import LogNotifier
 from gpusteward.notify.apprise_notifier import notifier_from_settings
 from gpusteward.notify.links import LinkSigner
@@ -11,15 +14,21 @@ from gpusteward.store.access import AccessStore
 from gpusteward.store.db import StateStore
 
 
-def link_signer(settings: Settings, store: StateStore) -> LinkSigner:
+def link_signer(settings: Settings, store: TickStore) -> LinkSigner:
     """Signs the one-click links in notices with the web app's key (``web.secret_key`` or the
-    key kept in the state database), pointing at ``web.base_url``."""
+    key kept in the state database), pointing at ``web.base_url``. A store in memory keeps no
+    key, so its links hold only as long as the process."""
     given = settings.web.secret_key
-    key = given.get_secret_value().encode() if given is not None else AccessStore(store).secret()
+    if given is not None:
+        key = given.get_secret_value().encode()
+    elif isinstance(store, StateStore):
+        key = AccessStore(store).secret()
+    else:
+        key = secrets.token_bytes(32)
     return LinkSigner(key, settings.web.link_base(), ttl_hours=settings.web.link_hours)
 
 
-def build_notifier(settings: Settings, store: StateStore) -> Notifier:
+def build_notifier(settings: Settings, store: TickStore) -> Notifier:
     cfg = settings.notify
     if not cfg.configured:
         return LogNotifier()

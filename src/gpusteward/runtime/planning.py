@@ -16,12 +16,11 @@ from datetime import datetime, timedelta
 
 from gpusteward.analysis.engine import AnalysisResult
 from gpusteward.domain.models import Decision, Gpu, Hold, LadderState, Level, Workload
+from gpusteward.domain.store_ports import Controls, LadderStore, TickStore
 from gpusteward.policy import PolicyInput, PolicySettings, decide
 from gpusteward.policy.decide import PolicyResult
 from gpusteward.policy.owner import ApprovalView, SnoozeView
 from gpusteward.runtime.runner import ActionResult
-from gpusteward.store import queries
-from gpusteward.store.db import StateStore
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ class LadderPlan:
 
 
 def plan_ladders(
-    store: StateStore,
+    store: TickStore,
     policy: PolicySettings,
     now: datetime,
     analysis: AnalysisResult,
@@ -96,13 +95,13 @@ def plan_ladders(
 
 
 def owner_controls(
-    store: StateStore, policy: PolicySettings, now: datetime, ids: Collection[str], *, dry_run: bool
+    store: Controls, policy: PolicySettings, now: datetime, ids: Collection[str], *, dry_run: bool
 ) -> tuple[Mapping[str, ApprovalView] | None, Mapping[str, SnoozeView]]:
     snoozes = {w: SnoozeView(s.until, s.by, s.reason) for w, s in store.active_snoozes(now).items()}
     if dry_run or policy.approval.min_level is None:
         return None, snoozes
     store.expire_approvals(now)
-    found = queries.latest_approvals(store, ids, dry_run=False)
+    found = store.latest_approvals(ids, dry_run=False)
     approvals = {
         key: ApprovalView(r.id, r.status, r.expires_at, r.decided_by, r.decision_reason, n)
         for key, (r, n) in found.items()
@@ -111,7 +110,7 @@ def owner_controls(
 
 
 def save_ladders(
-    store: StateStore, plan: LadderPlan, actions: Sequence[ActionResult], *, dry_run: bool
+    store: LadderStore, plan: LadderPlan, actions: Sequence[ActionResult], *, dry_run: bool
 ) -> None:
     """Store the ladders after acting, each without a step the runner held (its approval lapsed
     meanwhile): a crash before this re-emits the same step under the same key."""

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 
 from gpusteward.domain.errors import ExecutionError, StoreError
 from gpusteward.domain.models import Action, ActionStatus, Decision, Level, Workload
+from gpusteward.domain.records import AuditNote
 from gpusteward.runtime.runner import ActionResult, ActionRunner
-from gpusteward.store import queries
-from gpusteward.store.actions import AuditNote
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ class Reconciler:
 
     def unfinished(self) -> list[Action]:
         """The actions to settle (read once, at start-up or when leadership is gained)."""
-        found = queries.unfinished_actions(self.store, dry_run=self.runner.dry_run)
+        found = self.store.unfinished_actions(dry_run=self.runner.dry_run)
         if found:
             log.warning("%d action(s) left unfinished by a previous agent: reconciling", len(found))
         return found
@@ -119,7 +118,7 @@ class Reconciler:
     def _effect(self, action: Action, workload: Workload | None) -> str:
         """What shows the step took effect, or ``""`` when nothing does (or it cannot be read)."""
         if action.level is Level.NOTIFY:
-            return "the notice was sent" if queries.notice_sent(self.store, action.idempotency_key) else ""
+            return "the notice was sent" if self.store.notice_sent(action.idempotency_key) else ""
         if workload is None:
             return "the workload is gone"
         executor = self.runner.executor_for(workload, action.level)

@@ -13,6 +13,7 @@ from typing import Any
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.integration import BuildContext, Integration
 from gpusteward.domain.ports import Clock, Leadership, Source
+from gpusteward.domain.store_ports import TickStore
 from gpusteward.integrations.kubernetes import build as kubernetes
 from gpusteward.integrations.nvml import build as nvml
 from gpusteward.integrations.prometheus import build as prometheus
@@ -20,7 +21,6 @@ from gpusteward.integrations.replay import build as replay
 from gpusteward.integrations.sim import build as sim
 from gpusteward.integrations.slurm import build as slurm
 from gpusteward.runtime.config import Settings
-from gpusteward.store.db import StateStore
 from gpusteward.store.leadership import AlwaysLeader, PostgresLeadership
 
 #: Source name → build(its settings section, context). The section is ``settings.source.<name>``.
@@ -71,7 +71,7 @@ def build_integration(settings: Settings, clock: Clock, name: str | None = None)
 
 
 def build_leadership(
-    settings: Settings, store: StateStore, integration: Integration | None = None
+    settings: Settings, store: TickStore, integration: Integration | None = None
 ) -> Leadership:
     """The leadership ``ha.leader_election`` names: none, a PostgreSQL advisory lock on the state
     database, or a Lease through the Kubernetes integration (its own API client when the source

@@ -7,7 +7,7 @@ running in another process, is never run again; a failed one is retried only aft
 its backoff. In dry-run the row is written as ``skipped`` and nothing is touched.
 
 Approvals (``policy.approval``): a step that needs one is held by policy until approved; the
-runner asks for it (``store.request_approval``, an admin notice) and, once approved, marks the
+runner asks for it (``Controls.request_approval``, an admin notice) and, once approved, marks the
 approval used right before the action is planned. An expired approval never runs. Dry-run asks
 nobody: it previews every step as if approved.
 
@@ -36,14 +36,12 @@ from gpusteward.domain.models import (
     Workload,
 )
 from gpusteward.domain.ports import Clock, Executor, Notifier, StagedExecutor
+from gpusteward.domain.records import ApprovalRecord, AuditNote
+from gpusteward.domain.store_ports import RunnerStore
 from gpusteward.notify.templates import notice_for
 from gpusteward.policy.approval import needs_approval
 from gpusteward.policy.owner import approval_key
 from gpusteward.policy.settings import ApprovalSettings
-from gpusteward.store import queries
-from gpusteward.store.actions import AuditNote
-from gpusteward.store.controls import ApprovalRecord
-from gpusteward.store.db import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +64,7 @@ class ActionRunner:
 
     def __init__(
         self,
-        store: StateStore,
+        store: RunnerStore,
         executors: Sequence[Executor],
         notifier: Notifier,
         clock: Clock,
@@ -142,7 +140,7 @@ class ActionRunner:
         return not self.dry_run and needs_approval(self.approval, decision)
 
     def _latest_approval(self, decision: Decision) -> tuple[ApprovalRecord, int] | None:
-        found = queries.latest_approvals(self.store, [decision.workload_id], dry_run=self.dry_run)
+        found = self.store.latest_approvals([decision.workload_id], dry_run=self.dry_run)
         return found.get(decision.idempotency_key)
 
     def _ask_approval(self, decision: Decision, workload: Workload) -> None:

@@ -100,6 +100,8 @@ def run_demo(
         clock = SimClock(DEFAULT_START)
         notifier = MemoryNotifier()
         steward, integration = build_steward(settings, clock=clock, notifier=notifier)
+        store = steward.store
+        assert isinstance(store, StateStore)  # built from store.url
         cluster = integration.ground_truth
         assert isinstance(cluster, SimCluster), "the demo runs on the sim integration"
         total = max(1, int(hours * 3600 / tick_seconds))
@@ -108,9 +110,9 @@ def run_demo(
             clock.advance(tick_seconds)
             if on_tick is not None:
                 on_tick(i + 1)
-        result = _score(steward.store, cluster, settings, hours, clock.now())
+        result = _score(store, cluster, settings, hours, clock.now())
         result.notices = len(notifier.sent)
-        steward.store.close()
+        store.close()
         return result
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Table, func, insert, select, update
@@ -20,22 +19,14 @@ from sqlalchemy.exc import IntegrityError
 
 from gpusteward.domain.errors import StoreError
 from gpusteward.domain.models import Action, ActionStatus, Decision, Level
-from gpusteward.store.dbschema import action_of, actions_t
+from gpusteward.domain.records import AuditNote
+from gpusteward.domain.store_ports import retry_backoff as backoff
+from gpusteward.store.dbschema import actions_t
+from gpusteward.store.rows import action_of
+
+__all__ = ["ActionLog", "AuditNote", "inserted_id"]
 
 _TERMINAL = {ActionStatus.SUCCEEDED, ActionStatus.FAILED, ActionStatus.SKIPPED}
-
-
-@dataclass(frozen=True, slots=True)
-class AuditNote:
-    """The audit record of an action's state change (its workload comes from the action row)."""
-
-    event: str
-    payload: dict[str, Any] = field(default_factory=dict)
-
-
-def _backoff(attempts: int) -> timedelta:
-    """1, 2, 4 … minutes after a failure, capped at 30."""
-    return timedelta(minutes=min(30, 2 ** max(0, attempts - 1)))
 
 
 def inserted_id(result: CursorResult[Any]) -> int:
@@ -70,7 +61,7 @@ class ActionLog:
                 row = conn.execute(select(actions_t).where(*key)).first()
                 if row is not None:
                     failed = row.status == ActionStatus.FAILED.value
-                    due = failed and at >= row.updated_at + _backoff(row.attempts)
+                    due = failed and at >= row.updated_at + backoff(row.attempts)
                     return action_of(row) if due else None
                 values = {
                     "idempotency_key": decision.idempotency_key,
@@ -101,7 +92,16 @@ class ActionLog:
         query = select(actions_t).where(c.status == ActionStatus.FAILED.value, c.dry_run == dry_run)
         with self._tx("read failed actions") as conn:
             rows = conn.execute(query.order_by(c.id)).all()
-        return [action_of(r) for r in rows if at >= r.updated_at + _backoff(r.attempts)]
+        return [action_of(r) for r in rows if at >= r.updated_at + backoff(r.attempts)]
+
+    def unfinished_actions(self, *, dry_run: bool) -> list[Action]:
+        """Actions left ``planned`` or ``executing``: after a crash, the ones to reconcile. An
+        ``executing`` one with ``due_at`` is a two-phase stop under way, finished by its follow-up."""
+        c = actions_t.c
+        states = [ActionStatus.PLANNED.value, ActionStatus.EXECUTING.value]
+        query = select(actions_t).where(c.status.in_(states), c.dry_run == dry_run, c.due_at.is_(None))
+        with self._tx("read unfinished actions") as conn:
+            return [action_of(r) for r in conn.execute(query.order_by(c.id))]
 
     def start_action(self, action_id: int, at: datetime, *, audit: AuditNote | None = None) -> Action:
         """planned | failed → executing, counting one more attempt (and ``audit`` recorded with it)."""

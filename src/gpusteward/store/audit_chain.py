@@ -25,8 +25,9 @@ from typing import Any
 from sqlalchemy import insert, select, text, update
 from sqlalchemy.engine import Connection
 
+from gpusteward.domain.records import jsonable
 from gpusteward.store import audit_complete
-from gpusteward.store.dbschema import audit_t, jsonable
+from gpusteward.store.dbschema import audit_t
 
 GENESIS = "0" * 64
 #: pg_advisory_xact_lock key of the audit chain ("gpusteward audit" as a number).

@@ -8,110 +8,22 @@ transaction as the change itself.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import insert, select, update
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from gpusteward.domain.errors import ControlError, StoreError
-from gpusteward.domain.models import ApprovalStatus, Decision, Level
+from gpusteward.domain.models import ApprovalStatus, Decision
+from gpusteward.domain.records import ApprovalRecord, SnoozeRecord, base_key
 from gpusteward.store.dbschema import approvals_t, snoozes_t
+from gpusteward.store.rows import approval_of, chunks, snooze_of
 
-
-@dataclass(frozen=True, slots=True)
-class ApprovalRecord:
-    """One request to carry out a high-level step, and what a person decided about it."""
-
-    id: int
-    idempotency_key: str
-    dry_run: bool
-    workload_id: str
-    level: Level
-    step: str
-    rule: str
-    reason: str
-    gpu_uuids: tuple[str, ...]
-    status: ApprovalStatus
-    requested_at: datetime
-    expires_at: datetime
-    decided_by: str = ""
-    decided_at: datetime | None = None
-    decision_reason: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """Flat plain data for tables and JSON output (times stay aware ``datetime``s)."""
-        return {
-            "id": self.id,
-            "idempotency_key": self.idempotency_key,
-            "dry_run": self.dry_run,
-            "workload_id": self.workload_id,
-            "level": self.level.label,
-            "step": self.step,
-            "rule": self.rule,
-            "reason": self.reason,
-            "gpu_uuids": list(self.gpu_uuids),
-            "status": self.status.value,
-            "requested_at": self.requested_at,
-            "expires_at": self.expires_at,
-            "decided_by": self.decided_by,
-            "decided_at": self.decided_at,
-            "decision_reason": self.decision_reason,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class SnoozeRecord:
-    """A workload left alone (nothing beyond recording) until ``until``."""
-
-    id: int
-    workload_id: str
-    created_at: datetime
-    until: datetime
-    by: str
-    reason: str
-    ended_at: datetime | None = None
-
-    def active(self, at: datetime) -> bool:
-        return self.ended_at is None and self.created_at <= at < self.until
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "workload_id": self.workload_id,
-            "created_at": self.created_at,
-            "until": self.until,
-            "by": self.by,
-            "reason": self.reason,
-            "ended_at": self.ended_at,
-        }
-
-
-def _approval_of(r: Row[Any]) -> ApprovalRecord:
-    return ApprovalRecord(
-        id=r.id,
-        idempotency_key=r.idempotency_key,
-        dry_run=r.dry_run,
-        workload_id=r.workload_id,
-        level=Level(r.level),
-        step=r.step,
-        rule=r.rule,
-        reason=r.reason,
-        gpu_uuids=tuple(r.gpu_uuids),
-        status=ApprovalStatus(r.status),
-        requested_at=r.requested_at,
-        expires_at=r.expires_at,
-        decided_by=r.decided_by,
-        decided_at=r.decided_at,
-        decision_reason=r.decision_reason,
-    )
-
-
-def _snooze_of(r: Row[Any]) -> SnoozeRecord:
-    return SnoozeRecord(r.id, r.workload_id, r.created_at, r.until, r.by, r.reason, r.ended_at)
+__all__ = ["ApprovalRecord", "OwnerControls", "SnoozeRecord"]
 
 
 class OwnerControls:
@@ -139,7 +51,7 @@ class OwnerControls:
             with self._tx("request approval") as conn:
                 row = conn.execute(select(approvals_t).where(*key)).first()
                 if row is not None:
-                    return _approval_of(row)
+                    return approval_of(row)
                 values = {
                     "idempotency_key": decision.idempotency_key,
                     "dry_run": dry_run,
@@ -162,18 +74,18 @@ class OwnerControls:
                     decision.workload_id,
                     {"approval_id": row.id, "key": decision.idempotency_key, "step": decision.step},
                 )
-                return _approval_of(row)
+                return approval_of(row)
         except StoreError as e:
             if not isinstance(e.__cause__, IntegrityError):
                 raise
             # Another replica asked first: its request is ours.
             with self._tx("read approval") as conn:
-                return _approval_of(conn.execute(select(approvals_t).where(*key)).one())
+                return approval_of(conn.execute(select(approvals_t).where(*key)).one())
 
     def approval(self, approval_id: int) -> ApprovalRecord | None:
         with self._tx("read approval") as conn:
             row = conn.execute(select(approvals_t).where(approvals_t.c.id == approval_id)).first()
-        return None if row is None else _approval_of(row)
+        return None if row is None else approval_of(row)
 
     def approvals(
         self, status: ApprovalStatus | None = None, *, dry_run: bool | None = None, limit: int = 100
@@ -187,7 +99,22 @@ class OwnerControls:
             query = query.where(c.dry_run == dry_run)
         with self._tx("read approvals") as conn:
             rows = conn.execute(query).all()
-        return [_approval_of(r) for r in reversed(rows)]
+        return [approval_of(r) for r in reversed(rows)]
+
+    def latest_approvals(
+        self, workload_ids: Iterable[str], *, dry_run: bool
+    ) -> dict[str, tuple[ApprovalRecord, int]]:
+        """Action key → (its latest approval request, how many requests it had), for these workloads."""
+        c = approvals_t.c
+        out: dict[str, tuple[ApprovalRecord, int]] = {}
+        with self._tx("read approvals") as conn:
+            for chunk in chunks(sorted(set(workload_ids))):
+                query = select(approvals_t).where(c.workload_id.in_(chunk), c.dry_run == dry_run)
+                for r in conn.execute(query.order_by(c.id)):
+                    key = base_key(r.idempotency_key)
+                    count = out[key][1] + 1 if key in out else 1
+                    out[key] = (approval_of(r), count)
+        return out
 
     def decide_approval(
         self, approval_id: int, *, approve: bool, by: str, reason: str, at: datetime
@@ -245,7 +172,7 @@ class OwnerControls:
                 if moved:
                     payload = {"approval_id": r.id, "key": r.idempotency_key, "was": r.status}
                     self._audit_in(conn, "approval.expired", at, r.workload_id, payload)
-        return [self.approval(r.id) or _approval_of(r) for r in rows]
+        return [self.approval(r.id) or approval_of(r) for r in rows]
 
     def use_approval(self, approval_id: int, at: datetime) -> ApprovalRecord:
         """approved → used, right before its action runs; an expired approval never runs.
@@ -306,7 +233,7 @@ class OwnerControls:
             ).one()
             payload = {"until": until.isoformat(), "by": by, "reason": reason}
             self._audit_in(conn, "snooze.set", at, workload_id, payload)
-        return _snooze_of(row)
+        return snooze_of(row)
 
     def unsnooze(self, workload_id: str, *, by: str, at: datetime) -> bool:
         """End the workload's active snooze now; False when it had none."""
@@ -326,7 +253,7 @@ class OwnerControls:
         c = snoozes_t.c
         query = select(snoozes_t).where(c.ended_at.is_(None), c.created_at <= at, c.until > at).order_by(c.id)
         with self._tx("read snoozes") as conn:
-            return {r.workload_id: _snooze_of(r) for r in conn.execute(query)}
+            return {r.workload_id: snooze_of(r) for r in conn.execute(query)}
 
     def snoozes(self, workload_id: str | None = None, limit: int = 100) -> list[SnoozeRecord]:
         """The last ``limit`` snoozes (of one workload), oldest first."""
@@ -336,4 +263,4 @@ class OwnerControls:
             query = query.where(c.workload_id == workload_id)
         with self._tx("read snoozes") as conn:
             rows = conn.execute(query).all()
-        return [_snooze_of(r) for r in reversed(rows)]
+        return [snooze_of(r) for r in reversed(rows)]

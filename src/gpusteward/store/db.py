@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import Table, bindparam, create_engine, delete, event, func, insert, or_, select, update
 from sqlalchemy.engine import Connection, Row, make_url
@@ -18,39 +18,43 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from gpusteward.domain.errors import StoreError
-from gpusteward.domain.models import (
-    Decision,
-    Finding,
-    LadderState,
-    Notice,
-    Workload,
-)
-from gpusteward.store import audit_chain, schema
-from gpusteward.store.actions import ActionLog, AuditNote, inserted_id
-from gpusteward.store.controls import ApprovalRecord, OwnerControls, SnoozeRecord
-from gpusteward.store.dbschema import (
+from gpusteward.domain.models import Decision, Finding, LadderState, Notice, Workload
+from gpusteward.domain.records import (
+    ApprovalRecord,
+    AuditNote,
     AuditRecord,
     FindingEpisode,
     NoticeRecord,
     PauseState,
+    SnoozeRecord,
     WorkloadRecord,
+)
+from gpusteward.store import audit_chain, schema
+from gpusteward.store.actions import ActionLog, inserted_id
+from gpusteward.store.controls import OwnerControls
+from gpusteward.store.dbschema import (
     audit_t,
+    decisions_t,
+    episodes_t,
+    ladders_t,
+    notices_t,
+    settings_t,
+    workloads_t,
+)
+from gpusteward.store.ledger import LedgerStore
+from gpusteward.store.rows import (
+    audit_of,
+    chunks,
     decision_of,
     decision_row,
-    decisions_t,
     episode_of,
-    episodes_t,
     finding_row,
     ladder_of,
     ladder_row,
-    ladders_t,
     notice_of,
     notice_row,
-    notices_t,
-    settings_t,
     workload_of,
     workload_row,
-    workloads_t,
 )
 
 __all__ = [
@@ -64,14 +68,6 @@ __all__ = [
     "StateStore",
     "WorkloadRecord",
 ]
-
-T = TypeVar("T")
-_CHUNK = 500  # keeps IN lists well under every backend's bound-parameter limit
-
-
-def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
-    for i in range(0, len(items), _CHUNK):
-        yield items[i : i + _CHUNK]
 
 
 def _short(e: BaseException) -> str:
@@ -138,6 +134,11 @@ class StateStore(OwnerControls, ActionLog):
     def close(self) -> None:
         self._engine.dispose()
 
+    @property
+    def ledger(self) -> LedgerStore:
+        """The waste and savings ledger in this database."""
+        return LedgerStore(self)
+
     # -- pause (the kill switch) --------------------------------------------------------------
     def pause_state(self) -> PauseState:
         with self._tx("read pause flag") as conn:
@@ -175,7 +176,7 @@ class StateStore(OwnerControls, ActionLog):
         c = ladders_t.c
         with self._tx("save ladders") as conn:
             # Delete then insert: a portable upsert, atomic inside the transaction.
-            for chunk in _chunks(ids):
+            for chunk in chunks(ids):
                 conn.execute(delete(ladders_t).where(c.dry_run == dry_run, c.workload_id.in_(chunk)))
             if states:
                 conn.execute(insert(ladders_t), [ladder_row(s, dry_run) for s in states])
@@ -255,7 +256,7 @@ class StateStore(OwnerControls, ActionLog):
         c = decisions_t.c
         with self._tx("record decisions") as conn:
             last: dict[str, tuple[int, str, str]] = {}
-            for chunk in _chunks(sorted({d.workload_id for d in decisions})):
+            for chunk in chunks(sorted({d.workload_id for d in decisions})):
                 newest = select(func.max(c.id)).where(c.workload_id.in_(chunk)).group_by(c.workload_id)
                 rows = conn.execute(select(c.workload_id, c.level, c.step, c.hold).where(c.id.in_(newest)))
                 last.update({r.workload_id: (r.level, r.step, r.hold) for r in rows})
@@ -282,6 +283,19 @@ class StateStore(OwnerControls, ActionLog):
         """The last ``limit`` notices (of one workload), oldest first."""
         return [notice_of(r) for r in self._last(notices_t, limit, workload_id, "notices")]
 
+    def notices_since(self, at: datetime) -> list[NoticeRecord]:
+        """Every notice recorded since ``at``, oldest first."""
+        c = notices_t.c
+        with self._tx("read notices") as conn:
+            return [notice_of(r) for r in conn.execute(select(notices_t).where(c.at >= at).order_by(c.id))]
+
+    def notice_sent(self, dedup_key: str) -> bool:
+        """Whether a notice with this key was recorded as sent (an L1 step's effect)."""
+        c = notices_t.c
+        query = select(c.id).where(c.dedup_key == dedup_key, c.sent.is_(True)).limit(1)
+        with self._tx("read notices") as conn:
+            return conn.execute(query).first() is not None
+
     # -- audit log: append-only, there is no update or delete ----------------------------------
     def audit(self, event: str, at: datetime, workload_id: str | None = None, **payload: Any) -> None:
         with self._tx("append audit record") as conn:
@@ -296,8 +310,7 @@ class StateStore(OwnerControls, ActionLog):
 
     def audit_log(self, limit: int = 100, workload_id: str | None = None) -> list[AuditRecord]:
         """The last ``limit`` audit records (of one workload), oldest first."""
-        rows = self._last(audit_t, limit, workload_id, "audit log")
-        return [AuditRecord(r.id, r.at, r.event, r.workload_id, dict(r.payload)) for r in rows]
+        return [audit_of(r) for r in self._last(audit_t, limit, workload_id, "audit log")]
 
     def _last(self, table: Table, limit: int, workload_id: str | None, what: str) -> list[Row[Any]]:
         """The last ``limit`` rows of ``table`` (of one workload), oldest first."""
@@ -320,7 +333,7 @@ class StateStore(OwnerControls, ActionLog):
             # Snapshots this store wrote are cached, so a steady tick reads nothing back.
             unknown = sorted(i for i in wanted if i not in self._snapshots)
             stored = {i: v for i, v in self._snapshots.items() if i in wanted}
-            for chunk in _chunks(unknown):
+            for chunk in chunks(unknown):
                 for r in conn.execute(select(workloads_t).where(c.id.in_(chunk))):
                     stored[r.id] = {n: r._mapping[n] for n in names}
             new = [
@@ -333,7 +346,7 @@ class StateStore(OwnerControls, ActionLog):
                 conn.execute(insert(workloads_t), new)
             if changed:
                 conn.execute(update(workloads_t).where(c.id == bindparam("wid")), changed)
-            for chunk in _chunks(sorted(stored)):
+            for chunk in chunks(sorted(stored)):
                 conn.execute(update(workloads_t).where(c.id.in_(chunk)).values(last_seen_at=at))
         if len(self._snapshots) > 100_000:  # bound the cache on a very long-running agent
             self._snapshots.clear()

@@ -1,14 +1,13 @@
-"""Tables, the UTC datetime type and the records of the SQL state store (``store.db``).
+"""Tables and the UTC datetime type of the SQL state store (``store.db``).
 
 Portable SQLAlchemy Core: the same schema runs on SQLite and PostgreSQL. Times are stored
-as naive UTC (SQLite keeps no zone) and come back timezone-aware.
+as naive UTC (SQLite keeps no zone) and come back timezone-aware. Columns are named after the
+fields of the records they hold (``domain.records``, ``domain.models``): ``store.rows`` maps
+both ways from those names.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,23 +26,13 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.engine import Row
 from sqlalchemy.types import TypeDecorator
 
-from gpusteward.domain.models import (
-    Action,
-    ActionStatus,
-    Decision,
-    Finding,
-    Hold,
-    LadderState,
-    Level,
-    Notice,
-    Owner,
-    RuleAction,
-    Workload,
-    WorkloadKind,
-)
+# Records and row mappers once lived here; re-exported for the listings that import them from here.
+from gpusteward.domain.records import AuditRecord
+from gpusteward.store.rows import action_of, episode_of, workload_of
+
+__all__ = ["AuditRecord", "action_of", "episode_of", "workload_of"]
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -298,257 +287,3 @@ used_links_t = Table(
     _text("purpose", 64),
     _at("used_at", nullable=False),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class PauseState:
-    paused: bool
-    by: str = ""
-    reason: str = ""
-    at: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FindingEpisode:
-    """One continuous stretch of one rule's finding on one workload; open while ``ended_at`` is None."""
-
-    id: int
-    #: The latest finding of the episode (its ``at`` is the episode's ``last_seen_at``).
-    finding: Finding
-    first_seen_at: datetime
-    last_seen_at: datetime
-    ended_at: datetime | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Flat plain data for tables and JSON output (times stay aware ``datetime``s)."""
-        f = self.finding
-        return {
-            "id": self.id,
-            "workload_id": f.workload_id,
-            "rule": f.rule,
-            "kind": f.kind,
-            "action": f.action.value,
-            "gpu_uuids": list(f.gpu_uuids),
-            "first_seen_at": self.first_seen_at,
-            "last_seen_at": self.last_seen_at,
-            "ended_at": self.ended_at,
-            "wasted_minutes": f.wasted_minutes,
-            "wasted_gpu_hours": f.wasted_gpu_hours,
-            "wasted_cost": f.wasted_cost,
-            "message": f.message,
-            "evidence": jsonable(f.evidence),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class NoticeRecord:
-    id: int
-    notice: Notice
-    sent: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        n = self.notice
-        return {
-            "id": self.id,
-            "at": n.at,
-            "workload_id": n.workload_id,
-            "owner": owner_json(n.owner),
-            "subject": n.subject,
-            "body": n.body,
-            "level": n.level.label,
-            "dedup_key": n.dedup_key,
-            "sent": self.sent,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class AuditRecord:
-    id: int
-    at: datetime
-    event: str
-    workload_id: str | None
-    payload: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadRecord:
-    """What was last seen of a workload, kept for ``explain`` after it ended."""
-
-    id: str
-    kind: WorkloadKind
-    name: str
-    owner: Owner
-    gpu_uuids: tuple[str, ...]
-    started_at: datetime
-    first_seen_at: datetime
-    last_seen_at: datetime
-    source: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
-
-    def to_workload(self) -> Workload:
-        """The workload as last seen (it may have ended since), e.g. to account for a stop
-        that completed after the workload left the source."""
-        return Workload(
-            id=self.id,
-            kind=self.kind,
-            name=self.name,
-            owner=self.owner,
-            gpus_requested=len(self.gpu_uuids),
-            gpu_uuids=self.gpu_uuids,
-            started_at=self.started_at,
-            source=self.source,
-            labels=self.labels,
-            annotations=self.annotations,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """Flat plain data for tables and JSON output (times stay aware ``datetime``s)."""
-        return {
-            "id": self.id,
-            "kind": self.kind.value,
-            "name": self.name,
-            "user": self.owner.user,
-            "team": self.owner.team,
-            "contact": self.owner.contact,
-            "gpu_uuids": list(self.gpu_uuids),
-            "started_at": self.started_at,
-            "first_seen_at": self.first_seen_at,
-            "last_seen_at": self.last_seen_at,
-            "source": self.source,
-            "labels": dict(self.labels),
-            "annotations": dict(self.annotations),
-        }
-
-
-def jsonable(value: Any) -> Any:
-    """Plain JSON: NaN and infinities become null (PostgreSQL rejects them), the rest ``str()``."""
-    return json.loads(json.dumps(value, default=str), parse_constant=lambda _: None)
-
-
-def owner_json(owner: Owner | None) -> dict[str, Any] | None:
-    return None if owner is None else {"user": owner.user, "team": owner.team, "contact": owner.contact}
-
-
-def owner_of(value: dict[str, Any] | None) -> Owner | None:
-    return None if value is None else Owner(value["user"], value.get("team", ""), value.get("contact"))
-
-
-_LADDER_FIELDS = tuple(f.name for f in fields(LadderState))
-
-
-def ladder_row(state: LadderState, dry_run: bool) -> dict[str, Any]:
-    return {"dry_run": dry_run, **{name: getattr(state, name) for name in _LADDER_FIELDS}}
-
-
-def ladder_of(r: Row[Any]) -> LadderState:
-    return LadderState(**_columns(r, LadderState))
-
-
-def finding_row(f: Finding, subject: str, at: datetime) -> dict[str, Any]:
-    return {
-        "subject": subject,
-        "workload_id": f.workload_id,
-        "rule": f.rule,
-        "kind": f.kind,
-        "action": f.action.value,
-        "gpu_uuids": list(f.gpu_uuids),
-        "evidence": jsonable(f.evidence),
-        "message": f.message,
-        "last_seen_at": at,
-        "wasted_minutes": f.wasted_minutes,
-        "wasted_gpu_hours": f.wasted_gpu_hours,
-        "wasted_cost": f.wasted_cost,
-    }
-
-
-def episode_of(r: Row[Any]) -> FindingEpisode:
-    # JSON has no NaN: a null stored for a missing aggregate comes back as NaN.
-    evidence = {
-        outer: {inner: math.nan if v is None else float(v) for inner, v in values.items()}
-        for outer, values in r.evidence.items()
-    }
-    finding = Finding(
-        rule=r.rule,
-        kind=r.kind,
-        action=RuleAction(r.action),
-        at=r.last_seen_at,
-        gpu_uuids=tuple(r.gpu_uuids),
-        workload_id=r.workload_id,
-        evidence=evidence,
-        wasted_minutes=r.wasted_minutes,
-        wasted_gpu_hours=r.wasted_gpu_hours,
-        wasted_cost=r.wasted_cost,
-        message=r.message,
-    )
-    return FindingEpisode(r.id, finding, r.first_seen_at, r.last_seen_at, r.ended_at)
-
-
-def _columns(r: Row[Any], cls: type[Any]) -> dict[str, Any]:
-    """The row's values for the fields of dataclass ``cls`` (columns are named after fields)."""
-    return {f.name: r._mapping[f.name] for f in fields(cls)}
-
-
-def decision_row(d: Decision) -> dict[str, Any]:
-    plain = {f.name: getattr(d, f.name) for f in fields(Decision)}
-    return {**plain, "level": int(d.level), "hold": d.hold.value, "gpu_uuids": list(d.gpu_uuids)}
-
-
-def decision_of(r: Row[Any]) -> Decision:
-    values = _columns(r, Decision)
-    return Decision(
-        **{**values, "level": Level(r.level), "hold": Hold(r.hold), "gpu_uuids": tuple(r.gpu_uuids)}
-    )
-
-
-def action_of(r: Row[Any]) -> Action:
-    typed = {"level": Level(r.level), "status": ActionStatus(r.status), "gpu_uuids": tuple(r.gpu_uuids)}
-    return Action(**{**_columns(r, Action), **typed})
-
-
-def notice_row(n: Notice, sent: bool) -> dict[str, Any]:
-    return {
-        "at": n.at,
-        "workload_id": n.workload_id,
-        "owner": owner_json(n.owner),
-        "subject": n.subject,
-        "body": n.body,
-        "level": int(n.level),
-        "dedup_key": n.dedup_key,
-        "sent": sent,
-    }
-
-
-def notice_of(r: Row[Any]) -> NoticeRecord:
-    notice = Notice(r.at, r.workload_id, owner_of(r.owner), r.subject, r.body, Level(r.level), r.dedup_key)
-    return NoticeRecord(r.id, notice, r.sent)
-
-
-def workload_row(w: Workload) -> dict[str, Any]:
-    """The snapshot columns that ``remember_workloads`` compares to see whether anything changed."""
-    return {
-        "kind": w.kind.value,
-        "name": w.name,
-        "source": w.source,
-        "owner": owner_json(w.owner),
-        "gpu_uuids": list(w.gpu_uuids),
-        "labels": dict(w.labels),
-        "annotations": dict(w.annotations),
-        "started_at": w.started_at.astimezone(UTC),
-    }
-
-
-def workload_of(r: Row[Any]) -> WorkloadRecord:
-    return WorkloadRecord(
-        id=r.id,
-        kind=WorkloadKind(r.kind),
-        name=r.name,
-        owner=owner_of(r.owner) or Owner(""),
-        gpu_uuids=tuple(r.gpu_uuids),
-        started_at=r.started_at,
-        first_seen_at=r.first_seen_at,
-        last_seen_at=r.last_seen_at,
-        source=r.source,
-        labels=dict(r.labels),
-        annotations=dict(r.annotations),
-    )

@@ -9,46 +9,49 @@ can flush as often as it likes. Days are UTC dates written ``YYYY-MM-DD``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from gpusteward.domain.models import ActionStatus, Level
-from gpusteward.store.db import StateStore, _chunks
+from gpusteward.domain.records import (
+    DailyAmounts,
+    DailyKey,
+    Mark,
+    UsageAmounts,
+    UsageKey,
+    day_key,
+    jsonable,
+)
 from gpusteward.store.dbschema import (
     actions_t,
-    jsonable,
     ledger_daily_t,
     ledger_marks_t,
     ledger_usage_t,
     workloads_t,
 )
+from gpusteward.store.rows import chunks
 
+if TYPE_CHECKING:
+    from gpusteward.store.db import StateStore
 
-def day_key(d: date | datetime) -> str:
-    return (d.date() if isinstance(d, datetime) else d).isoformat()
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class DailyKey:
-    day: str
-    currency: str
-    user: str
-    team: str
-    kind: str
-
-
-@dataclass(slots=True)
-class DailyAmounts:
-    waste_gpu_hours: float = 0.0
-    waste_cost: float = 0.0
-    waste_kwh: float = 0.0
-    saved_gpu_hours: float = 0.0
-    saved_cost: float = 0.0
-    stops: int = 0
+# The amounts and marks are declared in domain.records (the ledger port uses them); kept
+# importable from here for the readers of the ledger.
+__all__ = [
+    "DailyAmounts",
+    "DailyKey",
+    "DailyRow",
+    "LedgerStore",
+    "Mark",
+    "StopRow",
+    "UsageAmounts",
+    "UsageKey",
+    "UsageRow",
+    "day_key",
+]
 
 
 _AMOUNTS = tuple(f.name for f in fields(DailyAmounts))
@@ -60,39 +63,10 @@ class DailyRow:
     amounts: DailyAmounts
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class UsageKey:
-    day: str
-    workload_id: str
-
-
-@dataclass(slots=True)
-class UsageAmounts:
-    """One workload's GPU use on one day. Hours count only samples the source had."""
-
-    user: str
-    team: str
-    gpus_requested: int = 0
-    gpus_held: int = 0
-    held_gpu_hours: float = 0.0
-    #: Utilisation-weighted: an hour at 50 % is half a busy GPU-hour.
-    busy_gpu_hours: float = 0.0
-    advise_idle_gpus: int = 0
-
-
 @dataclass(frozen=True, slots=True)
 class UsageRow:
     key: UsageKey
     amounts: UsageAmounts
-
-
-@dataclass(frozen=True, slots=True)
-class Mark:
-    """Counted up to ``until`` (waste on one GPU, savings of one stop); ``data`` says what for."""
-
-    key: str
-    until: datetime
-    data: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +104,7 @@ class LedgerStore:
             self._add_daily(conn, daily)
             self._add_usage(conn, usage)
             keys = sorted({m.key for m in saved} | set(dropped))
-            for chunk in _chunks(keys):
+            for chunk in chunks(keys):
                 conn.execute(delete(ledger_marks_t).where(ledger_marks_t.c.key.in_(chunk)))
             if saved:
                 rows = [{"key": m.key, "until": m.until, "data": jsonable(dict(m.data))} for m in saved]
@@ -160,7 +134,7 @@ class LedgerStore:
         cols = (c.id, c.workload_id, c.gpus_requested, c.gpus_held, c.advise_idle_gpus)
         for day in sorted({k.day for k in usage}):
             wids = sorted(k.workload_id for k in usage if k.day == day)
-            for chunk in _chunks(wids):
+            for chunk in chunks(wids):
                 query = select(*cols).where(c.day == day, c.workload_id.in_(chunk))
                 stored.update({UsageKey(day, r.workload_id): r for r in conn.execute(query)})
         ups, new = [], []

@@ -1,0 +1,248 @@
+"""What the state store keeps and gives back, declared once for every implementation (SQL in
+``store/``, in memory in ``store/memory``) and for every reader (CLI, web, reports).
+
+``to_dict`` is derived from the fields by ``plain``: a new field shows up in the JSON and the
+tables without a second list of names to keep in step.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from datetime import date, datetime
+from enum import Enum
+from typing import Any
+
+from gpusteward.domain.models import ApprovalStatus, Finding, Level, Notice, Owner, Workload, WorkloadKind
+
+_RETRY = re.compile(r"~r(\d+)$")
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON: NaN and infinities become null (PostgreSQL rejects them), the rest ``str()``."""
+    return json.loads(json.dumps(value, default=str), parse_constant=lambda _: None)
+
+
+def plain(record: Any, *, inline: Iterable[str] = (), skip: Iterable[str] = ()) -> dict[str, Any]:
+    """A dataclass as flat plain data for tables and JSON output, field by field: a level as its
+    label, other enums as their value, tuples as lists, mappings made JSON-safe (NaN → null),
+    nested records as dicts, or merged in when named in ``inline``; times stay aware datetimes."""
+    inlined, skipped = frozenset(inline), frozenset(skip)
+    out: dict[str, Any] = {}
+    for f in fields(record):
+        if f.name in skipped:
+            continue
+        value = getattr(record, f.name)
+        if f.name in inlined:
+            out.update(plain(value, skip=skipped))
+        else:
+            out[f.name] = _plain_value(value)
+    return out
+
+
+def _plain_value(value: Any) -> Any:
+    if isinstance(value, Level):
+        return value.label
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_plain_value(v) for v in value]
+    if isinstance(value, Mapping):
+        return jsonable(dict(value))
+    if is_dataclass(value) and not isinstance(value, type):
+        return plain(value)
+    return value
+
+
+def base_key(approval_key: str) -> str:
+    """The action idempotency key an approval request is for (``<key>~rN`` is its N-th request,
+    see ``policy.owner.approval_key``)."""
+    m = _RETRY.search(approval_key)
+    return approval_key if m is None else approval_key[: m.start()]
+
+
+# -- the loop's own state ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PauseState:
+    paused: bool
+    by: str = ""
+    reason: str = ""
+    at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FindingEpisode:
+    """One continuous stretch of one rule's finding on one workload; open while ``ended_at`` is None."""
+
+    id: int
+    #: The latest finding of the episode (its ``at`` is the episode's ``last_seen_at``).
+    finding: Finding
+    first_seen_at: datetime
+    last_seen_at: datetime
+    ended_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain(self, inline=("finding",), skip=("at",))
+
+
+@dataclass(frozen=True, slots=True)
+class NoticeRecord:
+    id: int
+    notice: Notice
+    sent: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain(self, inline=("notice",))
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    id: int
+    at: datetime
+    event: str
+    workload_id: str | None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditNote:
+    """The audit record of an action's state change (its workload comes from the action), written
+    with the change itself: a crash or a failed write leaves both or neither."""
+
+    event: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRecord:
+    """What was last seen of a workload, kept for ``explain`` after it ended."""
+
+    id: str
+    kind: WorkloadKind
+    name: str
+    owner: Owner
+    gpu_uuids: tuple[str, ...]
+    started_at: datetime
+    first_seen_at: datetime
+    last_seen_at: datetime
+    source: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    def to_workload(self) -> Workload:
+        """The workload as last seen (it may have ended since), e.g. to account for a stop
+        that completed after the workload left the source."""
+        return Workload(
+            id=self.id,
+            kind=self.kind,
+            name=self.name,
+            owner=self.owner,
+            gpus_requested=len(self.gpu_uuids),
+            gpu_uuids=self.gpu_uuids,
+            started_at=self.started_at,
+            source=self.source,
+            labels=self.labels,
+            annotations=self.annotations,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain(self, inline=("owner",))
+
+
+# -- owner and admin controls -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """One request to carry out a high-level step, and what a person decided about it."""
+
+    id: int
+    idempotency_key: str
+    dry_run: bool
+    workload_id: str
+    level: Level
+    step: str
+    rule: str
+    reason: str
+    gpu_uuids: tuple[str, ...]
+    status: ApprovalStatus
+    requested_at: datetime
+    expires_at: datetime
+    decided_by: str = ""
+    decided_at: datetime | None = None
+    decision_reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain(self)
+
+
+@dataclass(frozen=True, slots=True)
+class SnoozeRecord:
+    """A workload left alone (nothing beyond recording) until ``until``."""
+
+    id: int
+    workload_id: str
+    created_at: datetime
+    until: datetime
+    by: str
+    reason: str
+    ended_at: datetime | None = None
+
+    def active(self, at: datetime) -> bool:
+        return self.ended_at is None and self.created_at <= at < self.until
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain(self)
+
+
+# -- the ledger's amounts (store.ledger) ------------------------------------------------------
+def day_key(d: date | datetime) -> str:
+    return (d.date() if isinstance(d, datetime) else d).isoformat()
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DailyKey:
+    day: str
+    currency: str
+    user: str
+    team: str
+    kind: str
+
+
+@dataclass(slots=True)
+class DailyAmounts:
+    waste_gpu_hours: float = 0.0
+    waste_cost: float = 0.0
+    waste_kwh: float = 0.0
+    saved_gpu_hours: float = 0.0
+    saved_cost: float = 0.0
+    stops: int = 0
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class UsageKey:
+    day: str
+    workload_id: str
+
+
+@dataclass(slots=True)
+class UsageAmounts:
+    """One workload's GPU use on one day. Hours count only samples the source had."""
+
+    user: str
+    team: str
+    gpus_requested: int = 0
+    gpus_held: int = 0
+    held_gpu_hours: float = 0.0
+    #: Utilisation-weighted: an hour at 50 % is half a busy GPU-hour.
+    busy_gpu_hours: float = 0.0
+    advise_idle_gpus: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Counted up to ``until`` (waste on one GPU, savings of one stop); ``data`` says what for."""
+
+    key: str
+    until: datetime
+    data: Mapping[str, Any] = field(default_factory=dict)

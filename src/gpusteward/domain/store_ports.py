@@ -1,0 +1,207 @@
+"""The state store as narrow ports: what each part of the tick reads and writes.
+
+``store.db.StateStore`` (SQL) and ``store.memory.MemoryStore`` (tests, the simulator) both
+satisfy every port structurally; ``tests/store/test_ports_conformance.py`` runs one suite over
+both so they cannot drift. A consumer is typed to the narrowest port it uses; ``TickStore``
+gathers them for the loop, which hands the parts on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from gpusteward.domain.models import (
+    Action,
+    ActionStatus,
+    ApprovalStatus,
+    Decision,
+    Finding,
+    LadderState,
+    Level,
+    Notice,
+    Workload,
+)
+from gpusteward.domain.records import (
+    ApprovalRecord,
+    AuditNote,
+    AuditRecord,
+    DailyAmounts,
+    DailyKey,
+    FindingEpisode,
+    Mark,
+    NoticeRecord,
+    SnoozeRecord,
+    UsageAmounts,
+    UsageKey,
+    WorkloadRecord,
+)
+
+
+def retry_backoff(attempts: int) -> timedelta:
+    """How long a failed action waits before its retry: 1, 2, 4 … minutes, capped at 30."""
+    return timedelta(minutes=min(30, 2 ** max(0, attempts - 1)))
+
+
+class LadderStore(Protocol):
+    """Where each workload stands on its ladder, per mode (a dry run never moves a real ladder)."""
+
+    def load_ladders(self, dry_run: bool) -> dict[str, LadderState]: ...
+
+    def update_ladders(self, save: Iterable[LadderState], clear: Iterable[str], *, dry_run: bool) -> None:
+        """Save some ladders and end others, all or nothing."""
+        ...
+
+
+class ActionJournal(Protocol):
+    """Actions: planned → executing → succeeded | failed | skipped, one per idempotency key and
+    mode. Each state change is stored with its ``AuditNote``, all or nothing."""
+
+    def plan_action(self, decision: Decision, *, dry_run: bool, at: datetime) -> Action | None:
+        """A new ``planned`` action, the failed one of this key when its retry is due, else None."""
+        ...
+
+    def start_action(self, action_id: int, at: datetime, *, audit: AuditNote | None = None) -> Action: ...
+
+    def pend_action(
+        self, action_id: int, due_at: datetime, detail: str, at: datetime, *, audit: AuditNote | None = None
+    ) -> Action: ...
+
+    def finish_action(
+        self,
+        action_id: int,
+        status: ActionStatus,
+        detail: str,
+        at: datetime,
+        *,
+        audit: AuditNote | None = None,
+    ) -> Action: ...
+
+    def retries_due(self, at: datetime, *, dry_run: bool) -> list[Action]: ...
+
+    def followups_due(self, at: datetime, *, dry_run: bool) -> list[Action]: ...
+
+    def unfinished_actions(self, *, dry_run: bool) -> list[Action]:
+        """``planned`` or ``executing`` without a follow-up due: what a crash left behind."""
+        ...
+
+    def count_actions_since(
+        self, at: datetime, min_level: Level = Level.GRACEFUL_STOP, *, dry_run: bool = False
+    ) -> tuple[int, int]: ...
+
+    def actions(self, limit: int = 50, workload_id: str | None = None) -> list[Action]: ...
+
+
+class AuditLog(Protocol):
+    """Append-only. The SQL store hash-chains its records (``store.audit_chain``)."""
+
+    def audit(self, event: str, at: datetime, workload_id: str | None = None, **payload: Any) -> None: ...
+
+    def audit_log(self, limit: int = 100, workload_id: str | None = None) -> list[AuditRecord]: ...
+
+
+class EpisodeStore(Protocol):
+    """Finding episodes (a rule's waste on a workload, open until it ends) and decisions."""
+
+    def record_findings(self, findings: Sequence[Finding], at: datetime) -> None: ...
+
+    def close_findings(self, keys: Iterable[tuple[str, str]], at: datetime) -> None: ...
+
+    def open_episode_keys(self) -> set[tuple[str, str]]: ...
+
+    def open_findings(self) -> list[FindingEpisode]: ...
+
+    def findings_for(self, workload_id: str) -> list[FindingEpisode]: ...
+
+    def record_decisions(self, decisions: Sequence[Decision]) -> int:
+        """Store those that differ (level, step, hold) from the workload's last; how many."""
+        ...
+
+    def decisions_for(self, workload_id: str, limit: int = 100) -> list[Decision]: ...
+
+
+class NoticeLog(Protocol):
+    def record_notice(self, notice: Notice, *, sent: bool) -> int: ...
+
+    def notices(self, workload_id: str | None = None, limit: int = 100) -> list[NoticeRecord]: ...
+
+    def notices_since(self, at: datetime) -> list[NoticeRecord]: ...
+
+    def notice_sent(self, dedup_key: str) -> bool: ...
+
+
+class Controls(Protocol):
+    """The kill switch, approvals of high-level steps and snoozes."""
+
+    def is_paused(self) -> bool: ...
+
+    def set_paused(self, paused: bool, *, by: str, reason: str, at: datetime) -> None: ...
+
+    def request_approval(
+        self, decision: Decision, *, dry_run: bool, at: datetime, ttl: timedelta
+    ) -> ApprovalRecord: ...
+
+    def approval(self, approval_id: int) -> ApprovalRecord | None: ...
+
+    def approvals(
+        self, status: ApprovalStatus | None = None, *, dry_run: bool | None = None, limit: int = 100
+    ) -> list[ApprovalRecord]: ...
+
+    def latest_approvals(
+        self, workload_ids: Iterable[str], *, dry_run: bool
+    ) -> dict[str, tuple[ApprovalRecord, int]]:
+        """Action key → (its latest approval request, how many it had), for these workloads."""
+        ...
+
+    def decide_approval(
+        self, approval_id: int, *, approve: bool, by: str, reason: str, at: datetime
+    ) -> ApprovalRecord: ...
+
+    def use_approval(self, approval_id: int, at: datetime) -> ApprovalRecord: ...
+
+    def expire_approvals(self, at: datetime) -> list[ApprovalRecord]: ...
+
+    def snooze(
+        self, workload_id: str, *, until: datetime, by: str, reason: str, at: datetime
+    ) -> SnoozeRecord: ...
+
+    def active_snoozes(self, at: datetime) -> dict[str, SnoozeRecord]: ...
+
+
+class WorkloadBook(Protocol):
+    """What was last seen of each workload, kept after it ends."""
+
+    def remember_workloads(self, workloads: Iterable[Workload], at: datetime) -> None: ...
+
+    def workload_info(self, workload_id: str) -> WorkloadRecord | None: ...
+
+
+class Ledger(Protocol):
+    """Waste and savings amounts, added (never overwritten), and the marks that keep counting
+    exact across restarts."""
+
+    def add(
+        self,
+        daily: Mapping[DailyKey, DailyAmounts],
+        usage: Mapping[UsageKey, UsageAmounts],
+        marks: Iterable[Mark] = (),
+        drop_marks: Iterable[str] = (),
+    ) -> None: ...
+
+    def marks(self) -> dict[str, Mark]: ...
+
+
+class HasLedger(Protocol):
+    @property
+    def ledger(self) -> Ledger: ...
+
+
+class RunnerStore(ActionJournal, NoticeLog, Controls, Protocol):
+    """What the act phase (runner, reconciliation, follow-ups) uses."""
+
+
+class TickStore(
+    LadderStore, ActionJournal, AuditLog, EpisodeStore, NoticeLog, Controls, WorkloadBook, HasLedger, Protocol
+):
+    """Everything one tick reads and writes."""
