@@ -1,0 +1,77 @@
+"""Stateful fuzzing of the window store: random ticks, late samples, missing readings and GPUs
+changing hands, checked after every step against a plain model: a GPU's window shows only
+samples of its current holder from inside the window, and a missing reading is NaN, never 0."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from gpusteward.domain.models import Metric, Sample
+from gpusteward.store.window import WindowStore
+
+INTERVAL = 60.0
+SLOTS = 10
+GPUS = ["g0", "g1", "g2"]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+UTIL = Metric.GPU_UTIL
+
+
+class WindowMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.store = WindowStore(SLOTS * INTERVAL, INTERVAL, metrics=(UTIL,))
+        self.slot = 0
+        self.holder: dict[str, str | None] = dict.fromkeys(GPUS)
+        self.since: dict[str, int] = dict.fromkeys(GPUS, -(10**9))
+        self.model: dict[str, dict[int, float]] = {g: {} for g in GPUS}
+
+    @rule(
+        step=st.integers(0, 12),
+        samples=st.lists(
+            st.tuples(st.sampled_from(GPUS), st.integers(0, 12), st.none() | st.floats(0, 100)), max_size=5
+        ),
+        holders=st.dictionaries(st.sampled_from(GPUS), st.sampled_from(["", "a", "b"]), max_size=3),
+    )
+    def tick(self, step: int, samples: list[tuple[str, int, float | None]], holders: dict[str, str]) -> None:
+        self.slot += step
+        now = T0 + timedelta(seconds=self.slot * INTERVAL)
+        for g, h in holders.items():
+            if self.holder[g] is not None and self.holder[g] != h:
+                self.model[g].clear()
+                self.since[g] = self.slot
+            self.holder[g] = h
+        for g, late, value in samples:
+            s = self.slot - late
+            if s > self.slot - SLOTS and s >= self.since[g]:
+                if value is None:
+                    self.model[g].pop(s, None)  # an unmeasured reading overwrites with NaN
+                else:
+                    self.model[g][s] = float(value)
+        batch = [
+            Sample(g, now - timedelta(seconds=late * INTERVAL), gpu_util_pct=v) for g, late, v in samples
+        ]
+        self.store.ingest(now, batch, holders or None)
+
+    @invariant()
+    def window_matches_model(self) -> None:
+        view = self.store.view(T0 + timedelta(seconds=self.slot * INTERVAL))
+        got = view.max(UTIL, SLOTS * INTERVAL)
+        for g in GPUS:
+            i = view.index_of(g)
+            if i is None:
+                assert not self.model[g]
+                continue
+            kept = [v for s, v in self.model[g].items() if s > self.slot - SLOTS]
+            if kept:
+                assert math.isclose(float(got[i]), max(kept), rel_tol=1e-6, abs_tol=1e-4), (g, got[i], kept)
+            else:
+                assert math.isnan(got[i]), (g, got[i])  # missing is NaN, never 0
+
+
+WindowMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+test_window_store_state_machine = WindowMachine.TestCase
