@@ -63,6 +63,19 @@ def base_key(approval_key: str) -> str:
     return approval_key if m is None else approval_key[: m.start()]
 
 
+def episode_subject(f: Finding) -> str:
+    """What an episode is about: the workload, or the GPUs for waste that no workload holds."""
+    return f.workload_id if f.workload_id is not None else "gpus:" + ",".join(sorted(f.gpu_uuids))
+
+
+def episode_waste(f: Finding, minutes: float) -> dict[str, float]:
+    """An episode's waste for ``minutes`` of waste on the finding's GPUs at its price. A finding
+    sees only its window; the episode keeps adding the time since it was last seen."""
+    gpu_hours = minutes / 60 * len(f.gpu_uuids)
+    per_gpu_hour = f.wasted_cost / f.wasted_gpu_hours if f.wasted_gpu_hours > 0 else 0.0
+    return {"wasted_minutes": minutes, "wasted_gpu_hours": gpu_hours, "wasted_cost": gpu_hours * per_gpu_hour}
+
+
 # -- the loop's own state ---------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class PauseState:

@@ -28,6 +28,8 @@ from gpusteward.domain.records import (
     PauseState,
     SnoozeRecord,
     WorkloadRecord,
+    episode_subject,
+    episode_waste,
 )
 from gpusteward.store import audit_chain, schema
 from gpusteward.store.actions import ActionLog, inserted_id
@@ -192,7 +194,7 @@ class StateStore(OwnerControls, ActionLog):
         """Open an episode per new (workload, rule); refresh the open one with the latest evidence."""
         if not findings:
             return
-        latest = {(_subject(f), f.rule): f for f in findings}
+        latest = {(episode_subject(f), f.rule): f for f in findings}
         c = episodes_t.c
         with self._tx("record findings") as conn:
             query = select(c.id, c.subject, c.rule, c.wasted_minutes, c.last_seen_at).where(
@@ -207,7 +209,7 @@ class StateStore(OwnerControls, ActionLog):
                     prev = open_[key]
                     # A finding sees only its window; the episode keeps adding the time since.
                     since = (at - prev.last_seen_at).total_seconds() / 60
-                    row.update(_episode_waste(f, max(f.wasted_minutes, prev.wasted_minutes + since)))
+                    row.update(episode_waste(f, max(f.wasted_minutes, prev.wasted_minutes + since)))
                     updates.append({"episode_id": prev.id, **row})
                 else:
                     inserts.append({**row, "first_seen_at": at})
@@ -373,14 +375,3 @@ class StateStore(OwnerControls, ActionLog):
                 select(workloads_t).where(inside, ~prefix).order_by(*order).limit(limit)
             ).all()
         return [workload_of(r) for r in [*first, *more][:limit]]
-
-
-def _subject(f: Finding) -> str:
-    return f.workload_id if f.workload_id is not None else "gpus:" + ",".join(sorted(f.gpu_uuids))
-
-
-def _episode_waste(f: Finding, minutes: float) -> dict[str, float]:
-    """The episode's waste columns for ``minutes`` of waste on the finding's GPUs at its price."""
-    gpu_hours = minutes / 60 * len(f.gpu_uuids)
-    per_gpu_hour = f.wasted_cost / f.wasted_gpu_hours if f.wasted_gpu_hours > 0 else 0.0
-    return {"wasted_minutes": minutes, "wasted_gpu_hours": gpu_hours, "wasted_cost": gpu_hours * per_gpu_hour}
