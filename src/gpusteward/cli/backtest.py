@@ -16,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpusteward.cli.exits import err, exit_on_errors, fail
+from gpusteward.cli.sweep import sweep_command
 from gpusteward.domain.models import utc
 from gpusteward.integrations.replay import Trace, TraceFormat, load_trace
 from gpusteward.integrations.replay.generic import parse_time
@@ -274,6 +275,20 @@ def backtest(
     horizon: Annotated[
         str, typer.Option("--horizon", help="How far after a stop to look for busy samples (6h, 90m).")
     ] = "6h",
+    sweep: Annotated[
+        Path | None,
+        typer.Option(
+            "--sweep",
+            help="A grid of policy parameters (YAML: rules, grid, policies): backtest every point "
+            "and print the frontier of false kills against reclaimed GPU-hours.",
+        ),
+    ] = None,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", min=1, max=512, help="Sweep processes (default: the cores).")
+    ] = None,
+    svg: Annotated[
+        Path | None, typer.Option("--svg", help="With --sweep: write the frontier chart (SVG) here.")
+    ] = None,
 ) -> None:
     """Replay a history through the policy, enforcing against a simulated cluster, and judge it.
 
@@ -289,6 +304,23 @@ def backtest(
             fail(f"--format must be one of {', '.join(get_args(TraceFormat))}, not {fmt!r}")
         history = _trace(settings, source, trace, fmt, gpu_model, start, end, tick_seconds)
         policies = _policies(settings, policy or [])
+        if sweep is not None:
+            if len(policies) > 1 or state is not None or actions_csv is not None:
+                fail("--sweep takes at most one --policy (its base), and no --state or --actions-csv")
+            sweep_command(
+                out,
+                history,
+                policies[0][1],
+                sweep,
+                jobs=jobs,
+                scoring=scoring,
+                tick_s=tick_seconds,
+                json_out=json_out,
+                svg=svg,
+            )
+            return
+        if svg is not None or jobs is not None:
+            fail("--svg and --jobs go with --sweep")
         results = []
         with _progress(disable=json_out) as task:
             for name, cfg in policies:
