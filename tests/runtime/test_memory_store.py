@@ -38,7 +38,6 @@ def test_the_small_cluster_acts_the_same_on_memory_and_sqlite(tmp_path: Path) ->
     assert acted(memory) == acted(sql)
     stops = [a for a in memory.actions(limit=10_000) if a.level >= Level.GRACEFUL_STOP]
     assert stops  # the run is long enough to stop something
-    assert all(a.status is ActionStatus.SUCCEEDED for a in stops)
     assert memory_sent == sql_sent
     wids = {a.workload_id for a in sql.actions(limit=10_000)}
     for w in sorted(wids):
