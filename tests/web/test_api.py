@@ -100,7 +100,7 @@ def test_viewer_cannot_approve_pause_or_snooze(demo: Demo, client: TestClient) -
     assert resp.status_code == 403
     assert client.post("/api/v1/pause", json={"reason": "x"}, headers=viewer).status_code == 403
     wid = pending[0].workload_id
-    snooze = client.post(f"/api/v1/workloads/{wid}/snooze", json={"hours": 1}, headers=viewer)
+    snooze = client.post(f"/api/v1/workloads/{wid}/snooze", json={"hours": 1, "reason": "x"}, headers=viewer)
     assert snooze.status_code == 403
     assert demo.store.approvals(ApprovalStatus.PENDING) == pending  # nothing changed
     assert not demo.store.is_paused()

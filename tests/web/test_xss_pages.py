@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import pytest
 from fastapi.testclient import TestClient
@@ -16,6 +16,7 @@ from gpusteward.web.auth import LOGIN_CSRF_COOKIE
 
 from .conftest import Demo, bearer
 from .xss_payloads import (
+    CLOSED_PARAMS,
     PAYLOAD_RULE,
     Seeded,
     flat_routes,
@@ -102,6 +103,22 @@ def test_pages_show_payloads_as_text(demo: Demo, seeded: Seeded, xclient: TestCl
     assert not raw, raw
     # The payloads did reach the pages (as text): the test is not passing on empty pages.
     assert set(shown) >= set(_pages(seeded)) - {"/login", "/partials/overview"}
+
+
+def test_closed_parameters_refuse_payloads_as_text(demo: Demo, seeded: Seeded, xclient: TestClient) -> None:
+    admin = bearer(demo.tokens["admin"])
+    refused = set()
+    for page in _pages(seeded):
+        for param in CLOSED_PARAMS:
+            url = page + ("&" if "?" in page else "?") + urlencode({param: xss(f"c-{param}")})
+            headers = {} if page in ("/login", seeded.link) else admin
+            resp = xclient.get(url, headers=headers, follow_redirects=False)
+            assert resp.status_code in (200, 404, 422), (url, resp.status_code)
+            assert resp.headers["content-type"].startswith("text/html")
+            assert not unescaped(resp.text), (url, unescaped(resp.text))
+            if resp.status_code == 422:
+                refused.add(page.split("?")[0])
+    assert refused == {"/findings", "/actions", "/approvals"}
 
 
 def test_the_anonymous_login_page_reflects_nothing(xclient: TestClient) -> None:

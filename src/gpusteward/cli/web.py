@@ -21,6 +21,7 @@ from gpusteward.store.access import AccessStore, Role
 from gpusteward.store.db import StateStore
 from gpusteward.web.app import create_web_app
 from gpusteward.web.live import Attached, Probe
+from gpusteward.web.serve import serve_app
 from gpusteward.web.settings import parse_listen
 
 out = Console(soft_wrap=True)
@@ -62,8 +63,6 @@ def serve(
     `gpusteward run --web` for both in one process). Log in with a token from
     `gpusteward token create`.
     """
-    import uvicorn  # only when serving
-
     with exit_on_errors():
         settings = load_settings(config)
         default_host, default_port = parse_listen(settings.web.listen)
@@ -75,7 +74,8 @@ def serve(
         if not AccessStore(store).tokens():
             err.print("no API tokens yet: make one with `gpusteward token create --role admin --name you`")
         err.print(f"gpusteward web admin on http://{bind}:{at} (state {store.url})", highlight=False)
-    uvicorn.run(app, host=bind, port=at, log_level="info" if verbose else "warning")
+    grace = settings.web.shutdown_grace_seconds
+    serve_app(app, bind, at, log_level="info" if verbose else "warning", grace_s=grace)
 
 
 def web_for_run(settings: Settings, store: StateStore) -> Any:

@@ -7,15 +7,26 @@ from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from gpusteward.domain.errors import ControlError, RuleError
 from gpusteward.store.access import Role
-from gpusteward.web import data
+from gpusteward.web import data, overview_data, rule_data
 from gpusteward.web.auth import Principal
 from gpusteward.web.context import WebContext
+from gpusteward.web.filters import (
+    ActionQuery,
+    ApprovalId,
+    ApprovalQuery,
+    AuditQuery,
+    FindingQuery,
+    action_query,
+    approval_query,
+    audit_query,
+    finding_query,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["gpusteward"])
 
@@ -36,9 +47,17 @@ class Reason(BaseModel):
 
 class SnoozeBody(BaseModel):
     hours: float = Field(
-        gt=0, description="How long to leave the workload alone (policy.snooze.max_hours at most)."
+        gt=0,
+        allow_inf_nan=False,
+        description="How long to leave the workload alone (policy.snooze.max_hours at most).",
     )
-    reason: str = Field("", max_length=2000)
+    reason: str = Field(
+        min_length=1,
+        max_length=2000,
+        pattern=r"\S",
+        description="Why (kept in the audit log and shown to the owner); required. A new snooze "
+        "replaces the workload's current one.",
+    )
 
 
 class RuleText(BaseModel):
@@ -101,38 +120,23 @@ def overview(request: Request) -> JSONResponse:
     caller(request)
     ctx = ctx_of(request)
     cost = ctx.settings.cost
-    value = data.overview(
+    value = overview_data.overview(
         ctx.store, ctx.steward(), ctx.now(), currency=cost.currency, rate=cost.rate, dry_run=ctx.dry_run
     )
     return _json(value)
 
 
-Before = Annotated[
-    int | None, Query(ge=1, description="Only rows older than this id: the `x-next-before` of the last page.")
-]
 All = Annotated[
     bool, Query(description="Every match from `before` on, streamed (limit ignored); the default for CSV.")
 ]
+Format = Literal["json", "csv"]
 
 
 @router.get("/findings", summary="Finding episodes, newest first (paged: see the Link header)")
-def findings(
-    request: Request,
-    kind: str = "",
-    owner: str = "",
-    team: str = "",
-    node: str = "",
-    status: Annotated[Literal["open", "all"], Query()] = "open",
-    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
-    before: Before = None,
-) -> JSONResponse:
+def findings(request: Request, query: Annotated[FindingQuery, Depends(finding_query)]) -> JSONResponse:
     caller(request)
     ctx = ctx_of(request)
-    listing = data.findings(
-        ctx.store, ctx.gpus(), kind=kind, owner=owner, team=team, node=node, status=status, limit=limit,
-        before=before,
-    )  # fmt: skip
-    return _paged(request, listing)
+    return _paged(request, data.findings(ctx.store, ctx.gpus(), query))
 
 
 @router.get("/workloads/{workload_id:path}", summary="A workload: findings, decisions, actions, notices")
@@ -158,52 +162,35 @@ def snooze(request: Request, workload_id: str, body: SnoozeBody) -> JSONResponse
 @router.get("/actions", summary="Actions, newest first (paged; format=csv or all=true to export)")
 def actions(
     request: Request,
-    q: str = "",
-    status: str = "",
-    level: str = "",
-    workload: str = "",
-    limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
-    before: Before = None,
-    format: Literal["json", "csv"] = "json",
+    query: Annotated[ActionQuery, Depends(action_query)],
+    format: Format = "json",
     all: All = False,
 ) -> Response:
     caller(request)
     store = ctx_of(request).store
-    filters = {"q": q, "status": status, "level": level, "workload_id": workload}
-    if all or (format == "csv" and limit is None):
-        rows = data.every_action(store, before=before, **filters)
-        return _export(rows, data.ACTION_COLUMNS, format, "actions")
-    listing = data.actions(
-        store, q=q, status=status, level=level, workload=workload, limit=limit or 200, before=before
-    )
-    return _listed(request, listing, data.ACTION_COLUMNS, format, "actions")
+    if all or (format == "csv" and query.limit is None):
+        return _export(data.every_action(store, query), data.ACTION_COLUMNS, format, "actions")
+    return _listed(request, data.actions(store, query), data.ACTION_COLUMNS, format, "actions")
 
 
 @router.get("/audit", summary="The audit log, newest first (paged; format=csv or all=true to export)")
 def audit(
     request: Request,
-    q: str = "",
-    event: str = "",
-    workload: str = "",
-    limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
-    before: Before = None,
-    format: Literal["json", "csv"] = "json",
+    query: Annotated[AuditQuery, Depends(audit_query)],
+    format: Format = "json",
     all: All = False,
 ) -> Response:
     caller(request)
     store = ctx_of(request).store
-    if all or (format == "csv" and limit is None):
-        rows = data.every_audit(store, before=before, q=q, event=event, workload_id=workload)
-        return _export(rows, data.AUDIT_COLUMNS, format, "audit")
-    listing = data.audit(store, q=q, event=event, workload=workload, limit=limit or 200, before=before)
-    return _listed(request, listing, data.AUDIT_COLUMNS, format, "audit")
+    if all or (format == "csv" and query.limit is None):
+        return _export(data.every_audit(store, query), data.AUDIT_COLUMNS, format, "audit")
+    return _listed(request, data.audit(store, query), data.AUDIT_COLUMNS, format, "audit")
 
 
 @router.get("/approvals", summary="Approval requests, newest first")
-def approvals(request: Request, status: str = "") -> JSONResponse:
+def approvals(request: Request, query: Annotated[ApprovalQuery, Depends(approval_query)]) -> JSONResponse:
     caller(request)
-    rows = [a.to_dict() for a in reversed(ctx_of(request).store.approvals(limit=500))]
-    return _json([r for r in rows if not status or r["status"] == status])
+    return _json([a.to_dict() for a in data.approvals(ctx_of(request).store, query)])
 
 
 def _decide(request: Request, approval_id: int, approve: bool, reason: str) -> JSONResponse:
@@ -216,19 +203,19 @@ def _decide(request: Request, approval_id: int, approve: bool, reason: str) -> J
 
 
 @router.post("/approvals/{approval_id}/approve", summary="Approve a waiting step")
-def approve(request: Request, approval_id: int, body: Reason | None = None) -> JSONResponse:
+def approve(request: Request, approval_id: ApprovalId, body: Reason | None = None) -> JSONResponse:
     return _decide(request, approval_id, True, body.reason if body else "")
 
 
 @router.post("/approvals/{approval_id}/reject", summary="Reject a waiting step (a reason is required)")
-def reject(request: Request, approval_id: int, body: Reason) -> JSONResponse:
+def reject(request: Request, approval_id: ApprovalId, body: Reason) -> JSONResponse:
     return _decide(request, approval_id, False, body.reason)
 
 
 @router.get("/rules", summary="The rules in force")
 def rules(request: Request) -> JSONResponse:
     caller(request)
-    return _json([data.rule_row(r) for r in ctx_of(request).rules])
+    return _json([rule_data.rule_row(r) for r in ctx_of(request).rules])
 
 
 @router.post("/rules/preview", summary="Validate a rule pack and show what it would flag right now")
@@ -236,13 +223,13 @@ def rules_preview(request: Request, body: RuleText) -> JSONResponse:
     caller(request)
     ctx = ctx_of(request)
     try:
-        compiled, rows = data.preview(body.text, ctx.steward(), ctx.now())
+        compiled, rows = rule_data.preview(body.text, ctx.steward(), ctx.now())
     except RuleError as e:
         return JSONResponse({"valid": False, "error": str(e), "line": e.line}, status_code=422)
     return _json(
         {
             "valid": True,
-            "rules": [data.rule_row(r) for r in compiled],
+            "rules": [rule_data.rule_row(r) for r in compiled],
             "live": ctx.steward() is not None,
             "findings": rows,
         }

@@ -32,6 +32,7 @@ from gpusteward.web.context import WebContext
 from gpusteward.web.limits import BodyLimit
 from gpusteward.web.live import Live, Nothing
 from gpusteward.web.security import SecurityHeaders
+from gpusteward.web.throttle import LoginGuard
 
 STATIC = Path(__file__).parent / "static"
 
@@ -59,7 +60,17 @@ def create_web_app(
         settings=settings,
         rules=list(rules),
         access=access,
-        auth=Auth(access, key, session_hours=settings.web.session_hours, secure=settings.web.secure_cookies),
+        auth=Auth(
+            access,
+            key,
+            session_hours=settings.web.session_hours,
+            secure=settings.web.secure_cookies,
+            guard=LoginGuard(
+                store,
+                max_failures=settings.web.login_max_failures,
+                window_s=settings.web.login_window_seconds,
+            ),
+        ),
         clock=clock or SystemClock(),
         live=live or Nothing(),
         links=LinkSigner(key, settings.web.link_base(), ttl_hours=settings.web.link_hours),
@@ -78,6 +89,12 @@ def create_web_app(
 
     @app.exception_handler(AuthError)
     async def _refused(request: Request, e: AuthError) -> Response:
+        resp = _refusal(request, e)
+        if e.retry_after is not None:
+            resp.headers["retry-after"] = str(e.retry_after)
+        return resp
+
+    def _refusal(request: Request, e: AuthError) -> Response:
         if request.url.path.startswith("/api/"):
             headers = {"www-authenticate": "Bearer"} if e.status == 401 else None
             return JSONResponse({"error": e.message}, status_code=e.status, headers=headers)
@@ -86,15 +103,21 @@ def create_web_app(
             if request.headers.get("hx-request"):
                 return Response(status_code=401, headers={"hx-redirect": "/login"})
             return RedirectResponse(f"/login?{urlencode({'next': nxt})}", status_code=303)
-        return pages._page(request, None, "message.html.j2", e.status, title="Refused", message=e.message)
+        return pages.message(request, None, e.status, "Refused", e.message)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> Response:
         # An anonymous caller learns nothing, not even the expected body.
-        if ctx.auth.principal(request, ctx.now()) is None:
+        who = ctx.auth.principal(request, ctx.now())
+        if who is None:
+            if not request.url.path.startswith("/api/"):
+                return _refusal(request, AuthError(401, "log in"))
             return JSONResponse({"error": "log in or send Authorization: Bearer <token>"}, status_code=401)
         details = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()[:10]]
-        return JSONResponse({"error": "invalid request", "problems": details}, status_code=422)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": "invalid request", "problems": details}, status_code=422)
+        # A page: the problem in words (escaped like any text), never the request echoed back raw.
+        return pages.message(request, who, 422, "Invalid request", "; ".join(details))
 
     @app.get("/api/v1/openapi.json", include_in_schema=False)
     def openapi(request: Request) -> dict[str, Any]:
@@ -102,7 +125,8 @@ def create_web_app(
         return app.openapi()
 
     app.include_router(api.router)
-    app.include_router(pages.router)
+    for router in pages.ROUTERS:
+        app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     if mount is not None:
         app.mount("/", mount)

@@ -4,6 +4,9 @@ for the pages, and CSRF protection for anything a browser can send on its own.
 * The session cookie is a token signed with HMAC-SHA256 (``notify.links.sign``, purpose
   ``session``): the API token's id, an expiry and a random CSRF value. Each request re-reads the
   token, so revoking it ends its sessions at once. HttpOnly, SameSite=Lax, Secure when configured.
+  Logging out revokes the session in the store (its nonce joins the used single-use nonces), so
+  a copy of the cookie is dead too, not only the browser's.
+* Failed logins (the form and bearer tokens) are audited and throttled (``web.throttle``).
 * CSRF: a form (or an htmx request) made with the session must carry the session's CSRF value
   (field ``csrf`` or header ``X-CSRF-Token``). Bearer requests carry no ambient credential and
   need none. The login form uses a double-submit cookie (there is no session yet).
@@ -15,6 +18,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi import Request
@@ -22,10 +26,13 @@ from fastapi.responses import Response
 
 from gpusteward.notify.links import LinkError, sign, verify
 from gpusteward.store.access import AccessStore, Role, TokenRecord
+from gpusteward.web.throttle import LoginGuard
 
 SESSION_COOKIE = "gst_session"
 LOGIN_CSRF_COOKIE = "gst_login_csrf"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: Purpose under which logged-out sessions are kept among the used single-use nonces.
+LOGGED_OUT = "session.logout"
 
 
 @dataclass(frozen=True)
@@ -43,18 +50,33 @@ class Principal:
 class AuthError(Exception):
     """401 (who are you?) or 403 (not allowed); pages turn a 401 into the login page."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        #: Seconds to wait (a 429 sends them as ``Retry-After``).
+        self.retry_after = retry_after
+
+
+def _logged_out(nonce: str) -> str:
+    return f"session:{nonce}"
 
 
 class Auth:
-    def __init__(self, access: AccessStore, key: bytes, *, session_hours: float, secure: bool) -> None:
+    def __init__(
+        self,
+        access: AccessStore,
+        key: bytes,
+        *,
+        session_hours: float,
+        secure: bool,
+        guard: LoginGuard | None = None,
+    ) -> None:
         self.access = access
         self.key = key
         self.session_hours = session_hours
         self.secure = secure
+        self.guard = guard or LoginGuard(access.store)
 
     # -- sessions -----------------------------------------------------------------------------
     def start_session(self, response: Response, token: TokenRecord, now: datetime) -> None:
@@ -74,6 +96,23 @@ class Auth:
         # The same attributes as when it was set, so the expiring cookie is as guarded.
         response.delete_cookie(SESSION_COOKIE, path="/", secure=self.secure, httponly=True, samesite="lax")
 
+    def _session(self, request: Request, now: datetime) -> dict[str, Any] | None:
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if not cookie:
+            return None
+        try:
+            claims = verify(self.key, "session", cookie, now=now)
+        except LinkError:
+            return None
+        return claims if isinstance(claims.get("t"), int) and claims.get("n") else None
+
+    def revoke_session(self, request: Request, now: datetime) -> None:
+        """End the request's session for good: a copy of its cookie no longer logs anyone in.
+        Kept as a used single-use nonce, the table that already holds the used links."""
+        claims = self._session(request, now)
+        if claims is not None and self.access.use_link(_logged_out(str(claims["n"])), LOGGED_OUT, at=now):
+            self.access.store.audit("web.logout", now, None, token_id=claims["t"])
+
     def principal(self, request: Request, now: datetime) -> Principal | None:
         """The caller, or None when anonymous. A bad or revoked credential is anonymous too."""
         header = request.headers.get("authorization", "")
@@ -83,12 +122,8 @@ class Auth:
                 return None
             rec = self.access.authenticate(token.strip(), at=now)
             return None if rec is None else Principal(rec.name, rec.role, "token")
-        cookie = request.cookies.get(SESSION_COOKIE)
-        if not cookie:
-            return None
-        try:
-            claims = verify(self.key, "session", cookie, now=now)
-        except LinkError:
+        claims = self._session(request, now)
+        if claims is None or self.access.link_used(_logged_out(str(claims.get("n", "")))):
             return None
         rec = self.access.token(int(claims.get("t", -1)))
         if rec is None or rec.revoked_at is not None:
@@ -98,9 +133,16 @@ class Auth:
     def require(
         self, request: Request, now: datetime, role: Role = Role.VIEWER, *, form_csrf: str | None = None
     ) -> Principal:
-        """The caller with at least ``role``; checks CSRF for unsafe requests made with the session."""
+        """The caller with at least ``role``; checks CSRF for unsafe requests made with the session.
+        A bearer token that fails counts as a failed login."""
+        header = request.headers.get("authorization", "")
+        tried = header.partition(" ")[2].strip()
+        if header and (wait := self.guard.wait_s(request, tried, now)):
+            raise AuthError(429, f"too many failed logins: try again in {wait} s", retry_after=wait)
         who = self.principal(request, now)
         if who is None:
+            if header:
+                self.guard.failed(request, tried, now, via="bearer")
             raise AuthError(401, "log in or send Authorization: Bearer <token>")
         if who.via == "session" and request.method not in SAFE_METHODS:
             given = form_csrf if form_csrf is not None else request.headers.get("x-csrf-token", "")

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from gpusteward.analysis.rules import CompiledRule
+from gpusteward.domain.errors import ControlError
 from gpusteward.domain.models import Gpu
 from gpusteward.domain.ports import Clock
 from gpusteward.notify.links import LinkSigner
@@ -57,6 +58,8 @@ class WebContext:
         )
 
     def snooze(self, workload_id: str, *, hours: float, by: str, reason: str) -> SnoozeRecord:
+        if not reason.strip():
+            raise ControlError("a snooze needs a reason (it is shown to the owner and audited)")
         return controls.snooze_workload(
             self.store,
             self.settings.policy,

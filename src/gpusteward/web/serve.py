@@ -24,14 +24,38 @@ from gpusteward.web.settings import parse_listen
 log = logging.getLogger(__name__)
 
 
+#: Seconds requests may still run after SIGTERM before they are cancelled (``web.shutdown_grace_seconds``).
+DEFAULT_GRACE_S = 10
+
+
+def _server(app: object, host: str, port: int, *, log_level: str, grace_s: int) -> Any:
+    import uvicorn  # only when serving: every other command starts faster without it
+
+    # Without a graceful-shutdown timeout uvicorn waits for every open request after SIGTERM,
+    # so one long request (a rule preview churning on a hostile pack) kept `serve` running.
+    config = uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="off",
+        timeout_graceful_shutdown=grace_s,
+    )
+    return uvicorn.Server(config)
+
+
+def serve_app(app: object, host: str, port: int, *, log_level: str = "warning", grace_s: int) -> None:
+    """Serve ``app`` in the foreground until SIGTERM or SIGINT; requests still running
+    ``grace_s`` seconds after the signal are cancelled and the process exits."""
+    _server(app, host, port, log_level=log_level, grace_s=grace_s).run()
+
+
 class BackgroundServer:
     """uvicorn serving ``app`` on ``host:port`` in a daemon thread."""
 
-    def __init__(self, app: object, host: str, port: int) -> None:
-        import uvicorn  # only when serving: every other command starts faster without it
-
-        self.config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")  # type: ignore[arg-type]
-        self.server = uvicorn.Server(self.config)
+    def __init__(self, app: object, host: str, port: int, *, grace_s: int = DEFAULT_GRACE_S) -> None:
+        self.server = _server(app, host, port, log_level="warning", grace_s=grace_s)
+        self.config = self.server.config
         self.thread = threading.Thread(target=self.server.run, name="gpusteward-http", daemon=True)
 
     @property
@@ -96,7 +120,7 @@ def run_with_server(
         )
         if web is not None:
             app = web(steward, app)
-        server = BackgroundServer(app, host, port)
+        server = BackgroundServer(app, host, port, grace_s=settings.web.shutdown_grace_seconds)
         server.start()
         log.info("serving /metrics and /api/v1/alertmanager on %s:%d", host, server.port)
     try:

@@ -75,6 +75,23 @@ class WebSettings(BaseModel):
     link_hours: float = Field(
         24.0, gt=0, le=720, description="How long a one-click approve/snooze link works."
     )
+    login_max_failures: int = Field(
+        10,
+        ge=1,
+        le=10_000,
+        description="Failed logins (form or bearer token) one source address, or one token prefix, "
+        "may make within login_window_seconds before it must wait (429 with Retry-After).",
+    )
+    login_window_seconds: float = Field(
+        300.0, ge=1, le=86_400, description="The sliding window over which failed logins are counted."
+    )
+    shutdown_grace_seconds: int = Field(
+        10,
+        ge=1,
+        le=600,
+        description="After SIGTERM, how long requests still running may finish before they are "
+        "cancelled and the server exits.",
+    )
     secure_cookies: bool = Field(
         False, description="Send the session cookie only over HTTPS (turn on behind a TLS proxy)."
     )
