@@ -53,3 +53,21 @@ def test_demo_day_escalates_through_the_ladder(day):
     assert s["actions_by_level"]["L1"] >= 2 * s["actions_by_level"]["L2"]
     assert all(a.level >= Level.GRACEFUL_STOP for a in day.stops)
     assert s["findings_by_rule"].get("overprovisioned", 0) > 0  # advice, never a stop
+
+
+def test_demo_day_stops_services_gone_quiet_and_leaves_bursty_ones(day):
+    serving = [t for t in day.truths if t.behaviour is Behaviour.SERVING]
+    quiet = {t.workload_id for t in serving if t.wasteful_from is not None}
+    bursty = {t.workload_id for t in serving if t.wasteful_from is None}
+    assert quiet
+    assert bursty
+    stops = {a.workload_id: a for a in day.stops}
+    assert quiet <= set(stops)
+    assert not bursty & set(stops)
+    for t in serving:
+        if t.workload_id in quiet:
+            # Hours into the quiet: at the soonest 90 min at 0 % and the 30-min ladder (a tick
+            # or two of slack), at the latest 3.5 h of a quiet share and the ladder.
+            waited = stops[t.workload_id].created_at - t.wasteful_from
+            assert 115 * 60 <= waited.total_seconds() <= (210 + 30 + 15) * 60
+            assert stops[t.workload_id].rule == "quiet-service"

@@ -28,6 +28,8 @@ class Behaviour(StrEnum):
     ZOMBIE = "zombie"
     OVERPROVISIONED = "overprovisioned"
     IDLE = "idle"
+    #: A model server answering requests in short bursts; with a quiet evening, or bursty all day.
+    SERVING = "serving"
 
 
 class Mode(IntEnum):
@@ -43,6 +45,8 @@ class Mode(IntEnum):
     DEAD = 7  # crashed process still holding memory: nothing moves
     IDLE_EMPTY = 8  # allocated but unused: no memory, no process activity
     FREE = 9  # no holder
+    SERVE_BURST = 10  # a server answering a burst of requests
+    SERVE_IDLE = 11  # a server waiting for requests: 0 %, model resident, its event loop ticking
 
 
 #: Behaviours whose process writes a checkpoint and exits when asked (others ignore the signal).
@@ -150,6 +154,50 @@ def _notebook(rng: np.random.Generator, b: _Builder, active_s: float) -> None:
     b.cut(active_s)
 
 
+# Serving, from the GenTD26 dev trace (72 Stable Diffusion pods, 22.8 h, one sample / 57 s;
+# tests/fixtures/traces/, measured once with numpy): in the day, busy runs (util >= 1 %) last
+# 2 min at the median (p90 7.7) and the gaps between them 1.9 min (p90 7.6, p99 29.5); busy
+# samples read 12-27 % (p25-p75). The day's traffic ends 15.4-17.4 h after the trace starts (p10
+# to p75 of the hindsight oracle's stop), after which a stray request lands ~1.5 times an hour
+# (median). 11 of 72 pods never go quiet: 30-60 % bursts of ~10 min about every hour.
+SERVE_BURST_MEDIAN_MIN = 2.0
+SERVE_GAP_MEDIAN_MIN = 1.9
+SERVE_GAP_MAX_MIN = 30.0
+SERVE_LEVEL = (12.0, 27.0)
+SERVE_DRIZZLE_PER_H = 1.5
+
+
+def _lognormal_min(rng: np.random.Generator, median: float, hi: float) -> float:
+    """Minutes, heavy-tailed around ``median`` (sigma 0.9 puts p90 at ~3.2 x the median), 1..hi."""
+    return float(np.clip(median * np.exp(0.9 * rng.standard_normal()), 1.0, hi)) * MINUTE_S
+
+
+def _serving(rng: np.random.Generator, b: _Builder, quiet_s: float | None, run_s: float) -> None:
+    """Bursts and gaps until ``quiet_s`` (None: bursty all its life), then a stray request now and then."""
+    t = 0.0
+    if quiet_s is None:  # the bursty kind: ~10-min bursts about every hour, to the end
+        while t < run_s:
+            b.add(t, Mode.SERVE_BURST)
+            t += _uniform(rng, 5, 15) * MINUTE_S
+            b.add(t, Mode.SERVE_IDLE)
+            t += _uniform(rng, 35, 65) * MINUTE_S
+        b.cut(run_s)
+        return
+    while t < quiet_s:
+        b.add(t, Mode.SERVE_BURST)
+        t += _lognormal_min(rng, SERVE_BURST_MEDIAN_MIN, 15.0)
+        b.add(t, Mode.SERVE_IDLE)
+        t += _lognormal_min(rng, SERVE_GAP_MEDIAN_MIN, SERVE_GAP_MAX_MIN)
+    b.cut(quiet_s)
+    b.add(quiet_s, Mode.SERVE_IDLE)
+    t = quiet_s + rng.exponential(HOUR_S / SERVE_DRIZZLE_PER_H)
+    while t < run_s:  # one-minute stray requests
+        b.add(t, Mode.SERVE_BURST)
+        b.add(t + MINUTE_S, Mode.SERVE_IDLE)
+        t += MINUTE_S + rng.exponential(HOUR_S / SERVE_DRIZZLE_PER_H)
+    b.cut(run_s)
+
+
 def make_plan(
     behaviour: Behaviour,
     rng: np.random.Generator,
@@ -185,6 +233,13 @@ def make_plan(
     elif behaviour is Behaviour.INFERENCE:
         b.add(0.0, Mode.INFERENCE)
         util_base = _uniform(rng, 55, 72)
+        mem_frac = _uniform(rng, 0.2, 0.5)
+    elif behaviour is Behaviour.SERVING:
+        # waste_after_s is when the day's traffic ends; 0: it never does (the bursty kind).
+        quiet = waste_after_s if waste_after_s > 0 else None
+        _serving(rng, b, quiet, run_s)
+        wasteful_from = quiet
+        util_base = _uniform(rng, *SERVE_LEVEL) if quiet is not None else _uniform(rng, 30, 60)
         mem_frac = _uniform(rng, 0.2, 0.5)
     elif behaviour is Behaviour.NOTEBOOK:
         _notebook(rng, b, waste_after_s)

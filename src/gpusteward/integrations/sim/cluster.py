@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from gpusteward.analysis.classes import CLASS_KEY
+from gpusteward.domain.classes import CLASS_KEY
 from gpusteward.domain.models import PROTECT_KEY, Gpu, Observation, Owner, Sample, Workload
 from gpusteward.integrations.sim.behaviours import CHECKPOINTS, Behaviour, Mode
 from gpusteward.integrations.sim.records import EndHow, Ending, Event, Score, Truth
@@ -40,7 +40,7 @@ def _hour_of_day(at: datetime) -> float:
 
 
 #: The class an integration would report for each behaviour (a Deployment, a Notebook, a Job).
-_CLASS = {Behaviour.INFERENCE: "service", Behaviour.NOTEBOOK: "interactive"}
+_CLASS = {Behaviour.INFERENCE: "service", Behaviour.SERVING: "service", Behaviour.NOTEBOOK: "interactive"}
 
 
 class SimCluster:

@@ -21,7 +21,7 @@ from gpusteward.integrations.sim.behaviours import HOUR_S, Behaviour, Plan, make
 JOB, POD, PROC = WorkloadKind.JOB, WorkloadKind.POD, WorkloadKind.PROCESS
 TRAINING, LOADING, INFERENCE = Behaviour.TRAINING, Behaviour.LOADING, Behaviour.INFERENCE
 NOTEBOOK, ZOMBIE, IDLE = Behaviour.NOTEBOOK, Behaviour.ZOMBIE, Behaviour.IDLE
-OVERPROV = Behaviour.OVERPROVISIONED
+OVERPROV, SERVING = Behaviour.OVERPROVISIONED, Behaviour.SERVING
 
 #: The users of each team; owners are drawn from these.
 TEAMS: Mapping[str, tuple[str, ...]] = {
@@ -90,6 +90,11 @@ DEFAULT_ROWS: tuple[Row, ...] = (
     Row(IDLE,      PROC,  "python",        2,  1,  (2, 10),       (6, 16),     (0, 0),      "speech"),
     Row(OVERPROV,  JOB,   "train-mae",     8,  1,  (1, 6),        (10, 20),    (0, 0),      "vision"),
     Row(INFERENCE, POD,   "serve-embed",   1,  1,  (4, 10),       (100, 200),  (0, 0),      "recsys"),
+    # Serving as the GenTD26 trace shows it (behaviours.py): traffic ends 15.4-17.4 h in, the pod
+    # stays up (with a stray request now and then) until a redeploy the next morning; one in
+    # six is bursty all its life and must be left alone.
+    Row(SERVING,   POD,   "sd-serve",      1,  5,  (-1, 0),       (24, 26),    (15.4, 17.4), "vision"),
+    Row(SERVING,   POD,   "sd-bursty",     1,  1,  (-1, 0),       (24, 26),    (0, 0),       "vision"),
 )
 
 #: 2 nodes x 4 GPUs, exact times, one of each kind of interest; tests reason about it.

@@ -58,6 +58,8 @@ _CPU_LO = _table(
         Mode.LOADING: 100.0,
         Mode.INFERENCE: 25.0,
         Mode.BURST: 20.0,
+        Mode.SERVE_BURST: 30.0,
+        Mode.SERVE_IDLE: 2.0,
     }
 )
 _CPU_SPAN = _table(
@@ -69,6 +71,8 @@ _CPU_SPAN = _table(
         Mode.INFERENCE: 40.0,
         Mode.BURST: 80.0,
         Mode.IDLE_HOLD: 1.0,
+        Mode.SERVE_BURST: 40.0,
+        Mode.SERVE_IDLE: 3.0,
     }
 )
 # Host-to-device (rx) and device-to-host (tx) traffic, bytes/s.
@@ -80,6 +84,7 @@ _RX = _table(
         Mode.LOADING: 4e9,
         Mode.INFERENCE: 4e8,
         Mode.BURST: 5e8,
+        Mode.SERVE_BURST: 3e8,
     }
 )
 _TX = _table({Mode.BUSY: 2e8, Mode.DATA_DIP: 5e7, Mode.CHECKPOINT: 6e9, Mode.INFERENCE: 3e8, Mode.BURST: 1e8})
@@ -134,6 +139,7 @@ def render(
     util = np.where(modes == Mode.BURST, util_base + centred * 70.0, util)
     inference = diurnal(hour_of_day, util_base) + centred * 6.0
     util = np.where(modes == Mode.INFERENCE, inference, util)
+    util = np.where(modes == Mode.SERVE_BURST, np.maximum(util_base + centred * 10.0, 1.0), util)
     util = np.clip(util, 0.0, 100.0).round(0)
 
     held = _HOLDS_MEMORY[modes]
