@@ -154,7 +154,7 @@ def run_backtest(
     with _state(state_url) as url:
         cfg = backtest_settings(settings, tick, url)
         trace = trace.with_gpus(cfg.cost.with_prices(trace.gpus))
-        source = ReplaySource(trace, lookback_s=tick)
+        source = ReplaySource(trace, lookback_s=tick, default_class=cfg.source.replay.default_class)
         executor = ReplayExecutor(source)
         store = StateStore(url)
         try:

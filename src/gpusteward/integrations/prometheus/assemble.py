@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 
+from gpusteward.domain.classes import CLASS_KEY
 from gpusteward.domain.models import Gpu, Metric, Owner, Sample, Workload, WorkloadKind, utc
 from gpusteward.integrations.prometheus.parse import (
     GR_ENGINE,
@@ -201,9 +202,14 @@ _NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
 def build_workloads(
-    holders: Mapping[str, Holder | None], started: Mapping[str, datetime], node_of: Mapping[str, str]
+    holders: Mapping[str, Holder | None],
+    started: Mapping[str, datetime],
+    node_of: Mapping[str, str],
+    default_class: str = "unknown",
 ) -> tuple[Workload, ...]:
-    """One workload per holder, with the GPUs it holds. ``started`` must name every holder."""
+    """One workload per holder, with the GPUs it holds. ``started`` must name every holder.
+    A pod gets ``default_class`` (the series say nothing of its owner's kind)."""
+    pod_labels = _NO_LABELS if default_class == "unknown" else MappingProxyType({CLASS_KEY: default_class})
     grouped: dict[str, tuple[Holder, list[str]]] = {}
     for uuid, h in holders.items():
         if h is not None:
@@ -228,7 +234,7 @@ def build_workloads(
                 gpu_uuids=tuple(uuids),
                 started_at=started[wid],
                 source="prometheus",
-                labels=_NO_LABELS,
+                labels=pod_labels if h.kind is WorkloadKind.POD else _NO_LABELS,
                 annotations=_NO_LABELS,
                 ref=MappingProxyType(ref),
             )

@@ -43,6 +43,7 @@ def build_source(cfg: PrometheusSourceSettings, ctx: BuildContext) -> Prometheus
         step_s=cfg.query_step_seconds,
         selector=cfg.selector,
         exporter_pod_regex=cfg.exporter_pod_regex or None,
+        default_class=cfg.default_class,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -64,6 +65,12 @@ class PrometheusSourceSettings(BaseModel):
     )
     metrics: dict[str, MetricOverride] = Field(
         default_factory=dict, description="Extra exporter metrics, or new units for known ones."
+    )
+    default_class: Literal["unknown", "batch", "service", "interactive"] = Field(
+        "unknown",
+        description="What a pod is when nothing says (the series carry no owner kind): unknown is judged by "
+        "behaviour alone (the safe default); batch, service or interactive for a cluster that runs "
+        "only that kind of work. A gpusteward.io/class label on the workload still wins.",
     )
     disabled_metrics: list[str] = Field(default_factory=list, description="Known metrics not to read.")
     labels: dict[str, list[str]] = Field(

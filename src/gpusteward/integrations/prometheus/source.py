@@ -77,6 +77,7 @@ class PrometheusSource:
         step_s: float | None = None,
         selector: str = "",
         exporter_pod_regex: str | None = "(nvidia-)?dcgm-exporter.*",
+        default_class: str = "unknown",
     ) -> None:
         self.client = client
         self.interval_s = float(interval_s)
@@ -87,6 +88,7 @@ class PrometheusSource:
         self.overlap_s = overlap_s
         self.step_s = step_s
         self.selector = selector.strip().strip(",")
+        self.default_class = default_class
         self.ignore_pods = re.compile(exporter_pod_regex) if exporter_pod_regex else None
         self._names = names_regex(self.specs)
         self._cursor: datetime | None = None
@@ -196,7 +198,7 @@ class PrometheusSource:
     def _workloads(self, changed: bool = True) -> tuple[Workload, ...]:
         if changed or self._workload_cache is None:
             node_of = {u: g.node for u, g in self._gpus.items()}
-            self._workload_cache = build_workloads(self._holders, self._started, node_of)
+            self._workload_cache = build_workloads(self._holders, self._started, node_of, self.default_class)
         return self._workload_cache
 
     def _assembler(self) -> Assembler:

@@ -37,7 +37,7 @@ def build(cfg: ReplaySettings, ctx: BuildContext) -> Integration:
     offset = 0.0
     if cfg.align == "now":
         offset = ctx.clock.now().timestamp() - (trace.start + ctx.window_s)
-    source = ReplaySource(trace, offset_s=offset)
+    source = ReplaySource(trace, offset_s=offset, default_class=cfg.default_class)
     return Integration(
         name="replay", source=source, executors=[ReplayExecutor(source)], history=source.history
     )

@@ -3,7 +3,8 @@
 Required columns: ``timestamp`` (epoch seconds or RFC 3339; no offset means UTC), ``gpu`` (a
 unique id), ``util_pct``, and ``mem_used_mib`` or ``mem_used_bytes``. Optional: ``node``,
 ``mem_total_mib``, ``power_w``, ``sm_active`` (a 0-1 ratio as DCGM reports it; a column with a
-value above 1 is read as percent), ``workload``, ``owner``, ``team``, ``gpu_model``,
+value above 1 is read as percent), ``workload``, ``owner``, ``team``, ``class`` (the workload's
+class: service, batch, interactive or unknown; see ``domain.classes``), ``gpu_model``,
 ``workload_started_at`` (and ``gpus_requested``, where the trace knows more GPUs were asked for
 than it shows). An empty cell is a missing value. Without a ``workload`` column each
 GPU is one workload; with one, an empty cell means nobody held the GPU at that sample.
@@ -192,7 +193,7 @@ def parse_long_table(
 
     texts = {
         c: [_text(v) for v in columns[c]]
-        for c in ("node", "gpu_model", "workload", "owner", "team")
+        for c in ("node", "gpu_model", "workload", "owner", "team", "class")
         if c in columns
     }
     n_gpus = len(uniq)
@@ -282,6 +283,7 @@ def _workloads(
         gpu_sets[pair // stride].append(pair % stride)
     owners = _first_per_group(wl, texts["owner"], n) if "owner" in texts else [""] * n
     teams = _first_per_group(wl, texts["team"], n) if "team" in texts else [""] * n
+    classes = _first_per_group(wl, texts["class"], n) if "class" in texts else [""] * n
     kept = [i for i in range(n) if gpu_sets[i]]  # a workload only in dropped duplicates is gone
     out = [
         TraceWorkload(
@@ -293,6 +295,7 @@ def _workloads(
             first_t=float(first[i]),
             last_t=float(last[i]),
             gpus_requested=int(asked[i]),
+            workload_class=classes[i].strip().lower(),
         )
         for i in kept
     ]

@@ -27,3 +27,9 @@ class ReplaySettings(BaseModel):
     gpu_model: str = Field(
         "", description="GPU model for traces that do not name one (prices GPU-hours; e.g. H100)."
     )
+    default_class: Literal["unknown", "batch", "service", "interactive"] = Field(
+        "unknown",
+        description="What a workload is when the trace has no class column: unknown is judged by "
+        "behaviour alone (the safe default); batch, service or interactive for a cluster that runs "
+        "only that kind of work. A gpusteward.io/class label on the workload still wins.",
+    )

@@ -47,9 +47,16 @@ class ReplaySource:
     """
 
     def __init__(
-        self, trace: Trace, *, name: str = "replay", offset_s: float = 0.0, lookback_s: float | None = None
+        self,
+        trace: Trace,
+        *,
+        name: str = "replay",
+        offset_s: float = 0.0,
+        lookback_s: float | None = None,
+        default_class: str = "unknown",
     ) -> None:
         self.trace = trace
+        self.default_class = default_class
         self.name = name
         self.offset_s = float(offset_s)
         self.lookback_s = trace.interval_s if lookback_s is None else float(lookback_s)
@@ -94,8 +101,9 @@ class ReplaySource:
                 gpu_uuids=tuple(self._uuids[g] for g in tw.gpus),
                 started_at=utc(tw.started_at + self.offset_s),
                 source=self.name,
-                # A trace says nothing about what each workload is: judge it by behaviour.
-                labels={CLASS_KEY: "unknown"},
+                # Where the trace does not say what a workload is, it is judged by behaviour
+                # (unknown) unless the operator named a default for the whole trace.
+                labels={CLASS_KEY: tw.workload_class or self.default_class},
                 ref={REF_KEY: str(i)},
             )
         return hit

@@ -68,6 +68,8 @@ class TraceWorkload:
     first_t: float
     last_t: float
     gpus_requested: int = 0
+    #: What the trace says the workload is (its ``class`` column); empty: it does not say.
+    workload_class: str = ""
 
     @property
     def requested(self) -> int:
