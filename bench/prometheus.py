@@ -117,7 +117,11 @@ def run(n: int, repeats: int, workdir: Path) -> dict[str, Any]:
         settings = load_settings(
             None,
             tick_seconds=TICK_S,
-            source={"name": "prometheus", "prometheus": {"url": prom.url, "timeout_seconds": 600}},
+            # The planted GPUs are held by pods whose owner kind the series do not carry: batch work.
+            source={
+                "name": "prometheus",
+                "prometheus": {"url": prom.url, "timeout_seconds": 600, "default_class": "batch"},
+            },
             # 4 h: the default pack's longest rule reads 3.5 h (a shorter window is refused).
             store={"url": f"sqlite:///{workdir / 'state.db'}", "window_minutes": 240},
         )

@@ -298,13 +298,14 @@ def expected(planted: list[Planted]) -> tuple[set[str], set[str]]:
 @pytest.fixture
 def prom_settings(tmp_path: Path) -> Callable[..., Settings]:
     """Settings for the prometheus source at ``url`` (tick 30 s, 4 h window: the default pack's
-    longest rule reads 3.5 h)."""
+    longest rule reads 3.5 h). The planted pods are batch work: the series carry no owner kind,
+    so the tests say so, as an operator of a training cluster would."""
 
     def make(url: str, **prometheus: object) -> Settings:
         return load_settings(
             None,
             tick_seconds=30,
-            source={"name": "prometheus", "prometheus": {"url": url, **prometheus}},
+            source={"name": "prometheus", "prometheus": {"url": url, "default_class": "batch", **prometheus}},
             store={"url": f"sqlite:///{tmp_path / 'state.db'}", "window_minutes": 240},
         )
 
