@@ -123,9 +123,7 @@ def test_wiring_builds_the_composite_from_the_registry(monkeypatch, tmp_path):
         def close(self):
             pass
 
-    monkeypatch.setitem(
-        REGISTRY, "m", lambda s, c: Integration(source=M(), executors=[], history=lambda *a: [])
-    )
+    monkeypatch.setitem(REGISTRY, "m", lambda cfg, ctx: Integration(name="m", source=M()))
     settings = load_settings(
         None,
         source={"name": "slurm", "slurm": {"metrics": "m", "slurm_conf": str(tmp_path / "slurm.conf")}},

@@ -257,7 +257,7 @@ def _steward(tmp_path, source):
         policy={"startup_grace_minutes": 0},
     )
     clock = SimClock(START + timedelta(minutes=1))
-    integration = Integration(source=source, executors=[], history=lambda *a: [])
+    integration = Integration(name="slurm", source=source)
     steward, _ = build_steward(settings, clock=clock, notifier=MemoryNotifier(), integration=integration)
     return steward, clock
 
