@@ -28,6 +28,12 @@ from gpusteward.web.serve import BackgroundServer
 SIM_MINUTES = 150
 
 
+def covered_slices(settings: Settings) -> int:
+    """How many of the overview's 12 utilisation slices the simulated run filled: the window
+    (4 h by default) is longer than the run, and a slice before the run has no data."""
+    return int(SIM_MINUTES * 12 // settings.store.window_minutes)
+
+
 @dataclass
 class Demo:
     steward: Steward

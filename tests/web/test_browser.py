@@ -15,7 +15,7 @@ import pytest
 
 from gpusteward.domain.models import ApprovalStatus
 
-from .conftest import Demo
+from .conftest import Demo, covered_slices
 
 CHROMIUM = os.environ.get("GPUSTEWARD_CHROMIUM", "/usr/bin/chromium")
 
@@ -52,7 +52,7 @@ def test_admin_walkthrough(demo: Demo, served: str, browser: Any, artifacts: Pat
     page.wait_for_url(served + "/")
     # The overview's charts are drawn: the utilisation line has its points, the money chart its bars.
     page.wait_for_selector("#chart-utilisation svg circle.point")
-    assert page.locator("#chart-utilisation svg circle.point").count() >= 10
+    assert page.locator("#chart-utilisation svg circle.point").count() >= covered_slices(demo.settings)
     assert page.locator("#chart-money svg rect.bar").count() > 0
     assert page.locator("#chart-actions svg rect.bar").count() > 0
     box = page.locator("#chart-utilisation svg").bounding_box()
