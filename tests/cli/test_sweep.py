@@ -137,3 +137,10 @@ def test_frontier(points: list[tuple[str, int, float]], on: set[str]) -> None:
     assert [(p.regrets, -p.reclaimed_gpu_hours) for p in marked] == sorted(
         (p.regrets, -p.reclaimed_gpu_hours) for p in marked
     )
+
+
+def test_policies_are_read_beside_the_sweep_file(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "grid.yaml"
+    path.write_text("policies: [strict.yaml, /abs/other.yaml]\n", encoding="utf-8")
+    assert load_spec(path).policies == [tmp_path / "sub" / "strict.yaml", Path("/abs/other.yaml")]
