@@ -104,6 +104,8 @@ def test_label_overrides_replace_a_role() -> None:
         ("2147483632", 1.0, None),  # DCGM int32 blank
         ("140737488355328", 1.0, None),  # DCGM FP64 blank
         ("garbage", 1.0, None),
+        ("-3", 1.0, None),  # a glitch, not a very idle GPU: counted, it would be waste
+        ("0", 1.0, 0.0),
     ],
 )
 def test_clean_value(raw: str, scale: float, want: float | None) -> None:
@@ -280,3 +282,13 @@ def test_parse_api_result() -> None:
         parse_api_result({"status": "success", "data": {}})
     with pytest.raises(SourceError, match="resultType"):
         parse_api_result({"status": "success", "data": {"resultType": "scalar", "result": [{}]}})
+
+
+def test_a_negative_reading_is_missing_not_a_sample() -> None:
+    asm = Assembler(DEFAULT_SPECS, LM, 30, IGNORE)
+    for uuid, raw in (("GPU-neg", "-7"), ("GPU-zero", "0")):
+        labels = {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": uuid, "Hostname": "n1", "gpu": "0"}
+        asm.add(RawSeries(labels, [(60.0, raw)]))
+    util = {s.gpu_uuid: s.gpu_util_pct for slot in asm.slots() for s in slot.samples}
+    assert util.get("GPU-zero") == 0.0  # a real 0 % stays
+    assert util.get("GPU-neg") is None  # the glitch is no reading at all

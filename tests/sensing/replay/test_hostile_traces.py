@@ -139,3 +139,23 @@ def test_any_csv_file_loads_or_is_a_steward_error(
     path.write_text(header + body)
     with contextlib.suppress(StewardError):
         load_trace(path)
+
+
+@pytest.mark.parametrize(
+    ("cell", "column", "problem"),
+    [
+        ("-5", "util_pct", "-5 is not 0 to 100"),
+        ("150", "util_pct", "150 is not 0 to 100"),
+        ("inf", "util_pct", "inf is not 0 to 100"),
+        ("-1", "mem_used_mib", "-1 is not at least 0"),
+    ],
+)
+def test_impossible_readings_are_refused_with_their_line(cell: str, column: str, problem: str) -> None:
+    # Counted as they are, a negative utilisation would be waste in the backtest.
+    rows = {"timestamp": ["1741046400", "1741046460"], "gpu": ["g", "g"], "util_pct": ["0", "0"]}
+    rows["mem_used_mib"] = ["10", "10"]
+    rows[column] = [rows[column][0], cell]
+    with pytest.raises(ConfigError) as e:
+        parse_long_table(rows, path="t.csv")
+    assert problem in e.value.problem
+    assert (e.value.path, e.value.line) == ("t.csv", 3)

@@ -122,7 +122,7 @@ class Assembler:
                 x = float(raw)
             except ValueError:
                 continue
-            if -math.inf < x < INT32_BLANK:  # the common case, without a call
+            if 0.0 <= x < INT32_BLANK:  # the common case, without a call
                 v = x * scale
             else:
                 w = clean_value(x, scale)

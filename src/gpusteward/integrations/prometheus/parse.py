@@ -202,11 +202,13 @@ _FP64_BLANK = 2.0**47
 
 
 def clean_value(raw: str | float, scale: float) -> float | None:
-    """A reading in gpusteward's unit, or None for NaN, infinities and DCGM blank values."""
+    """A reading in gpusteward's unit, or None for NaN, infinities, negative values (no metric
+    gpusteward reads can be below 0: a negative reading is a glitch, not a very idle GPU) and
+    DCGM blank values."""
     try:
         v = float(raw)
     except (TypeError, ValueError):
         return None
-    if not math.isfinite(v) or v >= _FP64_BLANK or INT32_BLANK <= v <= 0x7FFFFFFF:
+    if not math.isfinite(v) or v < 0 or v >= _FP64_BLANK or INT32_BLANK <= v <= 0x7FFFFFFF:
         return None
     return v * scale

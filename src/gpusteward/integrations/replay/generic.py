@@ -128,6 +128,20 @@ def _numbers(values: Sequence[Any], column: str, path: str, first_line: int) -> 
         raise  # pragma: no cover - numpy refused what float() accepts
 
 
+def _within(
+    values: npt.NDArray[np.float64], column: str, lo: float, hi: float | None, path: str, first_line: int
+) -> None:
+    """Readings outside what the metric can be (negative utilisation, over 100 %, infinities)
+    are an error naming the line: counted as they are, a negative reading would be waste."""
+    bad = ~np.isnan(values) & (
+        (values < lo) | ~np.isfinite(values) | ((values > hi) if hi is not None else False)
+    )
+    if bad.any():
+        i = int(np.argmax(bad))
+        limits = f"{lo:g} to {hi:g}" if hi is not None else f"at least {lo:g}"
+        raise ConfigError(f"{column}: {values[i]:g} is not {limits}", path=path, line=first_line + i)
+
+
 def _check_columns(names: Sequence[str], path: str) -> None:
     missing = [c for c in REQUIRED if c not in names]
     if not any(m in names for m in MEMORY):
@@ -180,7 +194,17 @@ def parse_long_table(
 
     util = num("util_pct")
     assert util is not None
+    _within(util, "util_pct", 0.0, 100.0, path, first_line)
     mem = num("mem_used_mib") if "mem_used_mib" in columns else num("mem_used_bytes", 1 / 2**20)
+    if mem is not None:
+        _within(
+            mem,
+            "mem_used_mib" if "mem_used_mib" in columns else "mem_used_bytes",
+            0.0,
+            None,
+            path,
+            first_line,
+        )
     sm = num("sm_active")
     if sm is not None and not np.nanmax(sm, initial=0.0) > 1.0:
         sm = sm * 100.0  # a DCGM ratio
