@@ -14,10 +14,10 @@ from types import ModuleType
 
 import pytest
 
-from gpusteward.analysis.classes import workload_class
 from gpusteward.analysis.engine import AnalysisInput, AnalysisResult, analyse
 from gpusteward.analysis.expr import Aggregate, format_duration
 from gpusteward.analysis.rules import CompiledRule, compile_rules, default_rule_pack, parse_rule_pack
+from gpusteward.domain.classes import workload_class
 from gpusteward.domain.models import Finding, Gpu, Metric, Workload
 from gpusteward.store.window import WindowView
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from gpusteward.cli.commands import app
+from gpusteward.cli.main import app
 from gpusteward.integrations.kubernetes.control import ORIGINAL_REPLICAS_KEY
 
 

@@ -175,7 +175,7 @@ def test_with_default_approvals_a_park_waits_for_an_admin_and_runs_once_approved
 def test_the_parked_command_lists_what_is_parked_now(tmp_path: Path, make_steward: Any) -> None:
     from typer.testing import CliRunner
 
-    from gpusteward.cli.commands import app
+    from gpusteward.cli.main import app
 
     settings = night_settings(tmp_path, policy={"approval": {"min_level": "off"}})
     steward, integration, clock, _ = make_steward(settings, integration=night_integration(), backfill=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 from typer.testing import CliRunner
 
-from gpusteward.cli.commands import app
+from gpusteward.cli.main import app
 from gpusteward.integrations.prometheus.localserver import free_port
 
 

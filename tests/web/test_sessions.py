@@ -14,7 +14,7 @@ from gpusteward.integrations.sim import SimClock
 from gpusteward.web.app import create_web_app
 from gpusteward.web.auth import LOGIN_CSRF_COOKIE, SESSION_COOKIE
 from gpusteward.web.live import Attached
-from gpusteward.web.throttle import FailureWindow
+from gpusteward.web.login_throttle import FailureWindow
 
 from .conftest import Demo, bearer, login
 

@@ -1,5 +1,5 @@
 """The ``gpusteward`` command line."""
 
-from gpusteward.cli.commands import app, main
+from gpusteward.cli.main import app, main
 
 __all__ = ["app", "main"]

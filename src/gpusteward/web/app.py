@@ -31,8 +31,8 @@ from gpusteward.web.auth import Auth, AuthError
 from gpusteward.web.context import WebContext
 from gpusteward.web.limits import BodyLimit
 from gpusteward.web.live import Live, Nothing
+from gpusteward.web.login_throttle import LoginGuard
 from gpusteward.web.security import SecurityHeaders
-from gpusteward.web.throttle import LoginGuard
 
 STATIC = Path(__file__).parent / "static"
 

@@ -26,7 +26,7 @@ from fastapi.responses import Response
 
 from gpusteward.notify.links import LinkError, sign, verify
 from gpusteward.store.access import AccessStore, Role, TokenRecord
-from gpusteward.web.throttle import LoginGuard
+from gpusteward.web.login_throttle import LoginGuard
 
 SESSION_COOKIE = "gst_session"
 LOGIN_CSRF_COOKIE = "gst_login_csrf"

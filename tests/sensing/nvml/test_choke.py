@@ -146,7 +146,7 @@ def test_the_real_pynvml_without_a_driver_fails_at_start_with_one_clear_line() -
 def test_the_core_imports_and_explains_without_nvidia_ml_py() -> None:
     code = (
         "import sys; sys.modules['pynvml'] = None\n"
-        "import gpusteward.cli.commands, gpusteward.runtime.registry as w\n"
+        "import gpusteward.cli.main, gpusteward.runtime.registry as w\n"
         "from gpusteward.runtime.config import load_settings\n"
         "from gpusteward.domain.ports import SystemClock\n"
         "from gpusteward.domain.errors import SourceUnavailable\n"

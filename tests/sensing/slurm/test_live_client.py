@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 from typer.testing import CliRunner
 
-from gpusteward.cli.commands import app
+from gpusteward.cli.main import app
 from gpusteward.domain.errors import SourceError, SourceUnavailable
 from gpusteward.domain.models import Decision, Level, Workload
 from gpusteward.integrations.slurm import SlurmClient, SlurmJobControl, SlurmRunner, SlurmSource

@@ -15,7 +15,7 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 
-from gpusteward.analysis.classes import CLASS_KEY
+from gpusteward.domain.classes import CLASS_KEY
 from gpusteward.domain.errors import ExecutionError
 from gpusteward.domain.models import (
     Decision,
