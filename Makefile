@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint types layers pytest bench clean
+.PHONY: demo test check lint types layers pytest bench package clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,8 +32,12 @@ layers: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest -q
 
+# Build the wheel and sdist, twine-check them, run the wheel from a fresh virtualenv.
+package: $(STAMP)
+	PY=$(BIN)/python scripts/check-package.sh
+
 bench: $(STAMP)
 	$(BIN)/python bench/engine.py --gpus 100000 --json
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache dist
