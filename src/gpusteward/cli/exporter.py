@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from gpusteward.cli import logsetup
 from gpusteward.cli.exits import err, exit_on_errors
 from gpusteward.integrations.nvml.build import node_collector
 from gpusteward.integrations.nvml.exporter import serve
@@ -37,12 +37,10 @@ def exporter(
     Slurm job; a metric NVML cannot read on this GPU is left out, never reported as 0. Needs an
     NVIDIA driver and nvidia-ml-py (the nvml extra). SIGTERM or Ctrl-C stops it.
     """
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     with exit_on_errors():
-        collector = node_collector(load_settings(config).source.nvml)
+        settings = load_settings(config)
+        logsetup.apply(settings, verbose=verbose)
+        collector = node_collector(settings.source.nvml)
     server, _ = serve(collector, port, address)
     stop = StopFlag()
     signal.signal(signal.SIGTERM, stop.set)

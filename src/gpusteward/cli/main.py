@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,8 +13,9 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gpusteward import __version__
 from gpusteward.analysis.rules import compile_rules, load_rule_pack
-from gpusteward.cli import views
+from gpusteward.cli import logsetup, views
 from gpusteward.cli.approvals import approvals_app
 from gpusteward.cli.audit import audit_app
 from gpusteward.cli.backtest import backtest as backtest_command
@@ -24,6 +24,7 @@ from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.cli.exporter import exporter as exporter_command
 from gpusteward.cli.forecast import advise_command, forecast_command
 from gpusteward.cli.kubernetes import restore as restore_command
+from gpusteward.cli.logsetup import LogFormatOpt
 from gpusteward.cli.parked import parked as parked_command
 from gpusteward.cli.report import report as report_command
 from gpusteward.cli.slurm import slurm_app
@@ -48,7 +49,8 @@ app = typer.Typer(
         "`gpusteward scan` to see what it would do on your source."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    # --install-completion / --show-completion for bash, zsh, fish and PowerShell (docs: CLI).
+    add_completion=True,
     pretty_exceptions_enable=False,
     # Markdown: docstrings wrap to the terminal (a single line break is not a new line).
     rich_markup_mode="markdown",
@@ -72,6 +74,31 @@ SourceOpt = Annotated[
     str | None, typer.Option("--source", "-s", help="Override the configured source (e.g. sim).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for scripts instead of tables.")]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"gpusteward {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+    log_format: Annotated[
+        LogFormatOpt | None,
+        typer.Option(
+            "--log-format",
+            help="plain or json (one object per line, for Loki/ELK). Default: the config's log.format, "
+            "else plain.",
+        ),
+    ] = None,
+) -> None:
+    """Options for every command."""
+    logsetup.choose(log_format)
 
 
 def _settings(config: Path | None, **overrides: Any) -> Settings:
@@ -170,12 +197,9 @@ def run(
     Dry-run unless --enforce is given or the config says `mode: enforce`. SIGTERM or Ctrl-C
     finishes the current tick and exits. `gpusteward pause` stops all actions from the next tick.
     """
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     with exit_on_errors():
         settings = _settings(config, **({"mode": "enforce"} if enforce else {}))
+        logsetup.apply(settings, verbose=verbose)
         # Held until this process ends: a second `run` on the same SQLite file stops here.
         writer = hold_writer_lock(settings.store.url)
         steward, _ = build_steward(settings, source_name=source)
@@ -208,6 +232,7 @@ def scan(config: ConfigOpt = None, source: SourceOpt = None, json_out: JsonOpt =
     """Run one tick and show the findings and what would be done (always dry-run)."""
     with exit_on_errors():
         settings = _settings(config, mode="dry-run")
+        logsetup.apply(settings)
         steward, _ = build_steward(settings, source_name=source)
         report = steward.tick()
     if json_out:

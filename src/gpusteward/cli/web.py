@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpusteward.cli import logsetup
 from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.domain.ports import SystemClock
 from gpusteward.runtime.build import load_rules
@@ -65,6 +66,7 @@ def serve(
     """
     with exit_on_errors():
         settings = load_settings(config)
+        logsetup.apply(settings, verbose=verbose)
         default_host, default_port = parse_listen(settings.web.listen)
         store = _store(settings)
         app = create_web_app(

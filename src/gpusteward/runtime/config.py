@@ -112,6 +112,15 @@ class HaSettings(_Section):
     )
 
 
+class LogSettings(_Section):
+    format: Literal["plain", "json"] = Field(
+        "plain",
+        description="plain: a readable line per event. json: one JSON object per line (time, level, logger, "
+        "message and, where known, tick, workload, rule, action and idempotency key) for Loki or ELK. "
+        "`gpusteward --log-format` overrides it.",
+    )
+
+
 class Settings(BaseSettings):
     """Everything gpusteward reads from its config file."""
 
@@ -140,6 +149,7 @@ class Settings(BaseSettings):
     insights: InsightsSettings = Field(default_factory=InsightsSettings)
     web: WebSettings = Field(default_factory=WebSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)
+    log: LogSettings = Field(default_factory=LogSettings)
 
     @classmethod
     def settings_customise_sources(

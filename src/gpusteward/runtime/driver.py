@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from gpusteward.domain.errors import ConfigError
+from gpusteward.runtime.logs import log_context, new_tick_id
 from gpusteward.runtime.loop import Steward, TickReport
 
 log = logging.getLogger(__name__)
@@ -88,26 +89,28 @@ def run_forever(
         reasons = wake.take() if wake is not None else []
         if reasons:
             log.info("tick now: %s", "; ".join(r for r in reasons if r)[:500])
-        try:
-            report = steward.tick()
-            log.info(
-                "tick: %d gpus, %d workloads, %d findings, %d actions%s",
-                report.gpus,
-                report.workloads,
-                len(report.findings),
-                len(report.actions),
-                " (paused)" if report.paused else "",
-            )
-            if on_tick is not None:
-                on_tick(steward, report, steward.clock.monotonic() - started)
-            failures = 0
-        except ConfigError:
-            raise  # the settings cannot work (a window too large for memory): retrying cannot help
-        except Exception:
-            # A tick that fails as a whole (the database is down, say): no action ran without its
-            # record; retry after 2, 4, 8 … intervals, at most backoff_max_s.
-            failures += 1
-            log.exception("tick failed (%d in a row)", failures)
+        # The tick's id on its summary and failure lines too, not only on those inside the tick.
+        with log_context(tick=new_tick_id()):
+            try:
+                report = steward.tick()
+                log.info(
+                    "tick: %d gpus, %d workloads, %d findings, %d actions%s",
+                    report.gpus,
+                    report.workloads,
+                    len(report.findings),
+                    len(report.actions),
+                    " (paused)" if report.paused else "",
+                )
+                if on_tick is not None:
+                    on_tick(steward, report, steward.clock.monotonic() - started)
+                failures = 0
+            except ConfigError:
+                raise  # the settings cannot work (a window too large for memory): retrying cannot help
+            except Exception:
+                # A tick that fails as a whole (the database is down, say): no action ran without its
+                # record; retry after 2, 4, 8 … intervals, at most backoff_max_s.
+                failures += 1
+                log.exception("tick failed (%d in a row)", failures)
         ticks += 1
         wait = interval_s
         if failures:

@@ -50,6 +50,7 @@ from gpusteward.policy.approval import hold_for_approval
 from gpusteward.runtime.followup import follow_up
 from gpusteward.runtime.insights import Insights
 from gpusteward.runtime.ledger_recorder import LedgerRecorder
+from gpusteward.runtime.logs import log_context, new_tick_id, tick_id
 from gpusteward.runtime.parking_step import ParkingStep
 from gpusteward.runtime.planning import plan_ladders, save_ladders, with_runner_holds
 from gpusteward.runtime.reconcile import Judgement, Reconciler
@@ -164,7 +165,8 @@ class Steward:
 
     def tick(self) -> TickReport:
         try:
-            return self._tick()
+            with log_context(tick=tick_id() or new_tick_id()):  # every line of the tick carries its id
+                return self._tick()
         except StoreError:
             self._orphans = None  # an action may have been left half-recorded: settle it next time
             raise

@@ -42,6 +42,7 @@ from gpusteward.notify.templates import notice_for
 from gpusteward.policy.approval import needs_approval
 from gpusteward.policy.owner import approval_key
 from gpusteward.policy.settings import ApprovalSettings
+from gpusteward.runtime.logs import log_context
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +98,20 @@ class ActionRunner:
             workload = workloads.get(decision.workload_id)
             if workload is None:
                 continue
+            context = log_context(
+                workload=decision.workload_id,
+                rule=decision.rule,
+                action=decision.step,
+                key=decision.idempotency_key,
+            )
             try:
-                if asks:
-                    self._ask_approval(decision, workload)
-                    continue
-                result = self._one(decision, workload, gate=gate)
+                with context:
+                    if asks:
+                        self._ask_approval(decision, workload)
+                        continue
+                    result = self._one(decision, workload, gate=gate)
+                    if result is not None:  # one line per action, for a log store to index
+                        log.info("%s %s: %s", decision.step, result.status.value, result.detail)
             except StoreError:
                 # Without its record no action may run: stop acting this tick, and fail the tick
                 # so that its ladders are not saved either (the same steps come again, same keys).

@@ -17,6 +17,7 @@ from gpusteward.domain.errors import ConfigError
 from gpusteward.integrations.prometheus.parse import LabelMap
 from gpusteward.runtime.config import Settings
 from gpusteward.runtime.driver import StopFlag, Wake, run_forever
+from gpusteward.runtime.logs import configured
 from gpusteward.runtime.loop import Steward
 from gpusteward.web.metrics import StewardMetrics
 from gpusteward.web.settings import parse_listen
@@ -40,6 +41,8 @@ def _server(app: object, host: str, port: int, *, log_level: str, grace_s: int) 
         log_level=log_level,
         lifespan="off",
         timeout_graceful_shutdown=grace_s,
+        # The CLI configured the root logger (plain or JSON): uvicorn's lines go through it too.
+        log_config=None if configured() else uvicorn.config.LOGGING_CONFIG,
     )
     return uvicorn.Server(config)
 
