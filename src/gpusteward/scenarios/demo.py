@@ -11,8 +11,8 @@ from typing import Any
 
 from gpusteward.domain.models import Action, Level
 from gpusteward.integrations.sim import DEFAULT_START, SimClock, SimCluster
-from gpusteward.integrations.sim.records import Score, Truth
 from gpusteward.integrations.sim.settings import SimSourceSettings
+from gpusteward.integrations.sim.truth import Score, Truth
 from gpusteward.notify import MemoryNotifier
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, SourceSettings, StoreSettings

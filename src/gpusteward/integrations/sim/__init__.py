@@ -8,9 +8,9 @@ from gpusteward.integrations.sim.behaviours import Behaviour, Mode, Plan
 from gpusteward.integrations.sim.clock import SimClock
 from gpusteward.integrations.sim.cluster import DEFAULT_START, SimCluster
 from gpusteward.integrations.sim.executor import SimExecutor
-from gpusteward.integrations.sim.records import EndHow, Ending, Event, Score, Truth
 from gpusteward.integrations.sim.scenarios import SCENARIOS, Row, Scenario
 from gpusteward.integrations.sim.source import SimSource
+from gpusteward.integrations.sim.truth import EndHow, Ending, Event, Score, Truth
 
 __all__ = [
     "DEFAULT_START",

@@ -20,10 +20,10 @@ import numpy as np
 from gpusteward.domain.classes import CLASS_KEY
 from gpusteward.domain.models import PROTECT_KEY, Gpu, Observation, Owner, Sample, Workload
 from gpusteward.integrations.sim.behaviours import CHECKPOINTS, Behaviour, Mode
-from gpusteward.integrations.sim.records import EndHow, Ending, Event, Score, Truth
 from gpusteward.integrations.sim.runs import Run, ending_of, score_runs
 from gpusteward.integrations.sim.scenarios import Arrival, Row, Scenario, arrivals_for_day, resolve
 from gpusteward.integrations.sim.signals import render
+from gpusteward.integrations.sim.truth import EndHow, Ending, Event, Score, Truth
 
 DEFAULT_START = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)
 DAY_S = 86400.0

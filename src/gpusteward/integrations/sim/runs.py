@@ -7,8 +7,8 @@ from datetime import datetime
 
 from gpusteward.domain.models import Workload
 from gpusteward.integrations.sim.behaviours import Plan
-from gpusteward.integrations.sim.records import EndHow, Ending, Score, Truth
 from gpusteward.integrations.sim.scenarios import Arrival
+from gpusteward.integrations.sim.truth import EndHow, Ending, Score, Truth
 
 ToDatetime = Callable[[float], datetime]
 
