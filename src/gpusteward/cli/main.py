@@ -19,6 +19,7 @@ from gpusteward.cli import logsetup, views
 from gpusteward.cli.approvals import approvals_app
 from gpusteward.cli.audit import audit_app
 from gpusteward.cli.backtest import backtest as backtest_command
+from gpusteward.cli.consolidate import consolidate_app
 from gpusteward.cli.db import db_app
 from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.cli.exporter import exporter as exporter_command
@@ -322,6 +323,7 @@ app.command("advise", rich_help_panel=LOOK)(advise_command)
 app.command("forecast", rich_help_panel=LOOK)(forecast_command)
 app.command("backtest", rich_help_panel=LOOK)(backtest_command)
 app.command("parked", rich_help_panel=LOOK)(parked_command)
+app.add_typer(consolidate_app, name="consolidate", rich_help_panel=LOOK)
 app.add_typer(approvals_app, name="approvals", rich_help_panel=CONTROL)
 app.command("snooze", rich_help_panel=CONTROL)(snooze_command)
 app.command("unsnooze", rich_help_panel=CONTROL)(unsnooze_command)

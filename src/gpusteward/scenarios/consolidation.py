@@ -139,5 +139,6 @@ def plan_summary(
         "by_team": {t: {"now": v[0], "after": v[1]} for t, v in sorted(by_team.items())},
     }
     if usage is not None:
-        out["cards"] = [a.as_dict() for a in advise_cards(usage, items, prices, cfg)]
+        alone = {g.members[0] for g in plan.groups if len(g.members) == 1}
+        out["cards"] = [a.as_dict() for a in advise_cards(usage, items, prices, cfg) if a.workload in alone]
     return out
