@@ -44,6 +44,29 @@ def retry_backoff(attempts: int) -> timedelta:
     return timedelta(minutes=min(30, 2 ** max(0, attempts - 1)))
 
 
+# -- an action's life: one table of moves, obeyed by every store ---------------------------------
+#: Where an action may move from: ``start`` (planned or failed → executing, one more attempt),
+#: ``pend`` (executing, its follow-up due later), ``finish`` (to a final state; only an action
+#: that ran can succeed, one refused before acting may also fail or be skipped from planned).
+_START_FROM = (ActionStatus.PLANNED, ActionStatus.FAILED)
+_PEND_FROM = (ActionStatus.EXECUTING,)
+FINAL_STATES = frozenset({ActionStatus.SUCCEEDED, ActionStatus.FAILED, ActionStatus.SKIPPED})
+
+
+def moves_from(move: str, to: ActionStatus | None = None) -> tuple[ActionStatus, ...]:
+    """The states ``move`` (start, pend, finish to ``to``) may leave; ValueError for a move the
+    life of an action has not."""
+    if move == "start":
+        return _START_FROM
+    if move == "pend":
+        return _PEND_FROM
+    if move == "finish" and to in FINAL_STATES:
+        if to is ActionStatus.SUCCEEDED:
+            return (ActionStatus.EXECUTING,)
+        return (ActionStatus.EXECUTING, ActionStatus.PLANNED)
+    raise ValueError(f"an action finishes as succeeded, failed or skipped, not {to.value if to else move}")
+
+
 class LadderStore(Protocol):
     """Where each workload stands on its ladder, per mode (a dry run never moves a real ladder)."""
 

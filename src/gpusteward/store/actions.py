@@ -20,13 +20,12 @@ from sqlalchemy.exc import IntegrityError
 from gpusteward.domain.errors import StoreError
 from gpusteward.domain.models import Action, ActionStatus, Decision, Level
 from gpusteward.domain.records import AuditNote
+from gpusteward.domain.store_ports import moves_from
 from gpusteward.domain.store_ports import retry_backoff as backoff
 from gpusteward.store.dbschema import actions_t
 from gpusteward.store.rows import action_of
 
 __all__ = ["ActionLog", "AuditNote", "inserted_id"]
-
-_TERMINAL = {ActionStatus.SUCCEEDED, ActionStatus.FAILED, ActionStatus.SKIPPED}
 
 
 def inserted_id(result: CursorResult[Any]) -> int:
@@ -111,14 +110,14 @@ class ActionLog:
             "updated_at": at,
             "due_at": None,
         }
-        return self._move(action_id, (ActionStatus.PLANNED, ActionStatus.FAILED), values, "start", audit)
+        return self._move(action_id, moves_from("start"), values, "start", audit)
 
     def pend_action(
         self, action_id: int, due_at: datetime, detail: str, at: datetime, *, audit: AuditNote | None = None
     ) -> Action:
         """executing → executing with ``due_at``: a two-phase stop is under way, its follow-up due then."""
         values = {"due_at": due_at, "detail": detail[:4000], "updated_at": at}
-        return self._move(action_id, (ActionStatus.EXECUTING,), values, "pend", audit)
+        return self._move(action_id, moves_from("pend"), values, "pend", audit)
 
     def followups_due(self, at: datetime, *, dry_run: bool) -> list[Action]:
         """``executing`` actions whose follow-up (``due_at``) has come, oldest first."""
@@ -139,11 +138,7 @@ class ActionLog:
         audit: AuditNote | None = None,
     ) -> Action:
         """executing → succeeded | failed | skipped; planned → failed | skipped (refused before acting)."""
-        if status not in _TERMINAL:
-            raise ValueError(f"an action finishes as succeeded, failed or skipped, not {status.value}")
-        allowed: tuple[ActionStatus, ...] = (ActionStatus.EXECUTING,)
-        if status is not ActionStatus.SUCCEEDED:
-            allowed = (ActionStatus.EXECUTING, ActionStatus.PLANNED)
+        allowed = moves_from("finish", status)
         values = {"status": status.value, "detail": detail[:4000], "updated_at": at}
         return self._move(action_id, allowed, values, "finish", audit)
 

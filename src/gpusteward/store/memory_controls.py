@@ -16,9 +16,8 @@ from typing import Any
 from gpusteward.domain.errors import ControlError, StoreError
 from gpusteward.domain.models import Action, ActionStatus, ApprovalStatus, Decision, Level
 from gpusteward.domain.records import ApprovalRecord, AuditNote, SnoozeRecord, base_key
-from gpusteward.domain.store_ports import retry_backoff
+from gpusteward.domain.store_ports import moves_from, retry_backoff
 
-_TERMINAL = {ActionStatus.SUCCEEDED, ActionStatus.FAILED, ActionStatus.SKIPPED}
 _LIVE = (ApprovalStatus.PENDING, ApprovalStatus.APPROVED)
 
 
@@ -64,14 +63,16 @@ class MemoryJournal:
         return action
 
     def start_action(self, action_id: int, at: datetime, *, audit: AuditNote | None = None) -> Action:
-        allowed = (ActionStatus.PLANNED, ActionStatus.FAILED)
-        return self._move(action_id, allowed, "start", audit, at, status=ActionStatus.EXECUTING, due_at=None)
+        return self._move(
+            action_id, moves_from("start"), "start", audit, at, status=ActionStatus.EXECUTING, due_at=None
+        )
 
     def pend_action(
         self, action_id: int, due_at: datetime, detail: str, at: datetime, *, audit: AuditNote | None = None
     ) -> Action:
-        allowed = (ActionStatus.EXECUTING,)
-        return self._move(action_id, allowed, "pend", audit, at, due_at=due_at, detail=detail[:4000])
+        return self._move(
+            action_id, moves_from("pend"), "pend", audit, at, due_at=due_at, detail=detail[:4000]
+        )
 
     def finish_action(
         self,
@@ -82,12 +83,9 @@ class MemoryJournal:
         *,
         audit: AuditNote | None = None,
     ) -> Action:
-        if status not in _TERMINAL:
-            raise ValueError(f"an action finishes as succeeded, failed or skipped, not {status.value}")
-        allowed: tuple[ActionStatus, ...] = (ActionStatus.EXECUTING,)
-        if status is not ActionStatus.SUCCEEDED:
-            allowed = (ActionStatus.EXECUTING, ActionStatus.PLANNED)
-        return self._move(action_id, allowed, "finish", audit, at, status=status, detail=detail[:4000])
+        return self._move(
+            action_id, moves_from("finish", status), "finish", audit, at, status=status, detail=detail[:4000]
+        )
 
     def _move(
         self,
