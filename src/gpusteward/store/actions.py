@@ -8,13 +8,11 @@ verify`` can require a record for every state an action reached (``store.audit_c
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, func, insert, select, update
-from sqlalchemy.engine import Connection, CursorResult, Row
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import IntegrityError
 
 from gpusteward.domain.errors import StoreError
@@ -24,6 +22,7 @@ from gpusteward.domain.store_ports import moves_from
 from gpusteward.domain.store_ports import retry_backoff as backoff
 from gpusteward.store.dbschema import actions_t
 from gpusteward.store.rows import action_of
+from gpusteward.store.sql_parts import SqlParts
 
 __all__ = ["ActionLog", "AuditNote", "inserted_id"]
 
@@ -35,19 +34,8 @@ def inserted_id(result: CursorResult[Any]) -> int:
     return int(pk[0])
 
 
-class ActionLog:
+class ActionLog(SqlParts):
     """``StateStore``'s actions, with their audit records."""
-
-    @abstractmethod
-    def _tx(self, what: str) -> AbstractContextManager[Connection]: ...
-
-    @abstractmethod
-    def _audit_in(
-        self, conn: Connection, event: str, at: datetime, workload_id: str | None, payload: dict[str, Any]
-    ) -> None: ...
-
-    @abstractmethod
-    def _last(self, table: Table, limit: int, workload_id: str | None, what: str) -> list[Row[Any]]: ...
 
     def plan_action(self, decision: Decision, *, dry_run: bool, at: datetime) -> Action | None:
         """A new ``planned`` action, a failed one whose retry is due, or ``None``: never twice."""

@@ -7,14 +7,11 @@ transaction as the change itself.
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Iterable
-from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import insert, select, update
-from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from gpusteward.domain.errors import ControlError, StoreError
@@ -22,20 +19,13 @@ from gpusteward.domain.models import ApprovalStatus, Decision
 from gpusteward.domain.records import ApprovalRecord, SnoozeRecord, base_key
 from gpusteward.store.dbschema import approvals_t, snoozes_t
 from gpusteward.store.rows import approval_of, chunks, snooze_of
+from gpusteward.store.sql_parts import SqlParts
 
 __all__ = ["ApprovalRecord", "OwnerControls", "SnoozeRecord"]
 
 
-class OwnerControls:
+class OwnerControls(SqlParts):
     """Approvals and snoozes; mixed into ``StateStore``."""
-
-    @abstractmethod
-    def _tx(self, what: str) -> AbstractContextManager[Connection]: ...
-
-    @abstractmethod
-    def _audit_in(
-        self, conn: Connection, event: str, at: datetime, workload_id: str | None, payload: dict[str, Any]
-    ) -> None: ...
 
     # -- approvals ----------------------------------------------------------------------------
     def request_approval(
