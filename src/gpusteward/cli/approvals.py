@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from gpusteward.cli import output
 from gpusteward.cli.exits import exit_on_errors
 from gpusteward.cli.state import ByOpt, ConfigOpt, JsonOpt, open_store, print_json, who
 from gpusteward.cli.views import utcnow
@@ -25,7 +25,7 @@ approvals_app = typer.Typer(
     ),
     no_args_is_help=True,
 )
-out = Console(soft_wrap=True)
+out = output.console()
 
 
 def _t(at: object) -> str:

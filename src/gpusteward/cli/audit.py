@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Annotated, TextIO
 
 import typer
-from rich.console import Console
 
-from gpusteward.cli import views
+from gpusteward.cli import output, views
 from gpusteward.cli.exits import exit_on_errors, fail
 from gpusteward.cli.state import ConfigOpt, JsonOpt, open_store, print_json
 from gpusteward.store import audit_chain
@@ -30,7 +29,7 @@ audit_app = typer.Typer(
     ),
     invoke_without_command=True,
 )
-out = Console(soft_wrap=True)
+out = output.console()
 
 LimitOpt = Annotated[int, typer.Option(min=1, max=100_000, help="How many recent actions.")]
 WorkloadOpt = Annotated[str | None, typer.Option(help="Only this workload.")]

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpusteward.cli import output
 from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.cli.sweep import sweep_command
 from gpusteward.domain.models import utc
@@ -32,7 +33,7 @@ from gpusteward.scenarios.backtest import (
 )
 from gpusteward.scenarios.scoring import Scoring
 
-out = Console(soft_wrap=True)
+out = output.console()
 
 #: The rows of the comparison table: (summary key, label).
 ROWS = (

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
+from gpusteward.cli import output
 from gpusteward.cli.exits import exit_on_errors
 from gpusteward.cli.state import ConfigOpt, JsonOpt, print_json
 from gpusteward.runtime.config import load_settings
@@ -19,7 +19,7 @@ db_app = typer.Typer(
     ),
     no_args_is_help=True,
 )
-out = Console(soft_wrap=True)
+out = output.console()
 
 
 def _revision(store: StateStore) -> str | None:

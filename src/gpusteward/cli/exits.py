@@ -7,11 +7,11 @@ from contextlib import contextmanager
 from typing import NoReturn
 
 import typer
-from rich.console import Console
 
+from gpusteward.cli import output
 from gpusteward.domain.errors import ConfigError, StewardError
 
-err = Console(stderr=True, soft_wrap=True)
+err = output.console(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

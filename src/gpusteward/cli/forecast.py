@@ -10,11 +10,11 @@ from typing import Annotated, Any, cast
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from gpusteward.analysis.forecast import Seasonality, Series, bucket, fit, forecast
 from gpusteward.analysis.tide import low_load_windows
+from gpusteward.cli import output
 from gpusteward.cli.exits import exit_on_errors, fail
 from gpusteward.domain.models import RuleAction, utc
 from gpusteward.domain.ports import SystemClock
@@ -25,7 +25,7 @@ from gpusteward.runtime.demand import load_demand_csv, observation_demand, parse
 from gpusteward.runtime.insights import Insights
 from gpusteward.runtime.registry import build_integration
 
-out = Console(soft_wrap=True)
+out = output.console()
 
 ConfigOpt = Annotated[
     Path | None,

@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from gpusteward.cli import output
 from gpusteward.cli.exits import exit_on_errors, fail
 from gpusteward.domain.errors import ExecutionError
 from gpusteward.runtime.config import load_settings
 
-out = Console(soft_wrap=True)
+out = output.console()
 
 
 def restore(

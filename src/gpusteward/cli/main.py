@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpusteward import __version__
 from gpusteward.analysis.rules import compile_rules, load_rule_pack
-from gpusteward.cli import logsetup, views
+from gpusteward.cli import logsetup, output, views
 from gpusteward.cli.approvals import approvals_app
 from gpusteward.cli.audit import audit_app
 from gpusteward.cli.backtest import backtest as backtest_command
@@ -63,7 +62,7 @@ LOOK = "Look and explain"
 CONTROL = "Control what it does"
 SETUP = "Set up"
 
-out = Console(soft_wrap=True)
+out = output.console()
 
 ConfigOpt = Annotated[
     Path | None,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from gpusteward.cli import output
 from gpusteward.cli.exits import exit_on_errors
 from gpusteward.cli.state import ConfigOpt, JsonOpt, open_store, print_json
 from gpusteward.domain.models import Action, ActionStatus
 from gpusteward.store.db import StateStore
 
-out = Console(soft_wrap=True)
+out = output.console()
 _STEPS = ("park-node", "unpark-node")
 _SCAN = 100_000
 

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Annotated, cast, get_args
 
 import typer
-from rich.console import Console
 
+from gpusteward.cli import output
 from gpusteward.cli.exits import exit_on_errors, fail
 from gpusteward.report import Period, write_reports
 from gpusteward.runtime.config import load_settings
 from gpusteward.store.db import StateStore
 
-out = Console(soft_wrap=True)
+out = output.console()
 
 
 def db_url(value: str) -> str:

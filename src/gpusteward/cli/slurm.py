@@ -7,16 +7,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from gpusteward.cli import output
 from gpusteward.cli.exits import err, exit_on_errors
 from gpusteward.integrations.slurm.build import slurm_advice, slurm_jobs
 from gpusteward.runtime.config import load_settings
 
 slurm_app = typer.Typer(help="Look at a Slurm cluster the way the slurm source does.", no_args_is_help=True)
 
-out = Console(soft_wrap=True)
+out = output.console()
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Config file (YAML); source.slurm is read.")

@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from gpusteward.cli import output
 from gpusteward.cli.exits import exit_on_errors, fail
 from gpusteward.cli.state import ByOpt, ConfigOpt, JsonOpt, open_store, print_json, who
 from gpusteward.cli.views import utcnow
 from gpusteward.runtime.build import load_rules
 from gpusteward.runtime.owner_controls import snooze_workload
 
-out = Console(soft_wrap=True)
+out = output.console()
 
 
 def snooze(

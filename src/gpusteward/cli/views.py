@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpusteward.analysis.rules import CompiledRule
+from gpusteward.cli import output
 from gpusteward.domain.models import Action, ActionStatus, Decision, Finding, Gpu
 from gpusteward.runtime.loop import TickReport
 from gpusteward.scenarios.demo import DemoResult
@@ -96,9 +97,7 @@ def report_json(r: TickReport) -> dict[str, Any]:
 
 
 def findings_table(findings: Sequence[Finding], gpus: Mapping[str, Gpu] | None = None) -> Table:
-    table = Table(title="Findings", title_justify="left")
-    for col in ("rule", "workload", "GPUs", "for", "wasted", "why"):
-        table.add_column(col, overflow="fold")
+    table = output.table("Findings", "rule", "workload", "GPUs", "for", "wasted", "why")
     for f in findings:
         table.add_row(
             f.rule,
@@ -112,18 +111,14 @@ def findings_table(findings: Sequence[Finding], gpus: Mapping[str, Gpu] | None =
 
 
 def decisions_table(decisions: Sequence[Decision]) -> Table:
-    table = Table(title="Decisions", title_justify="left")
-    for col in ("workload", "level", "step", "hold", "reason"):
-        table.add_column(col, overflow="fold")
+    table = output.table("Decisions", "workload", "level", "step", "hold", "reason")
     for d in decisions:
         table.add_row(d.workload_id, d.level.label, d.step or "-", d.hold.value or "-", d.reason)
     return table
 
 
 def actions_table(actions: Sequence[Action], title: str = "Actions") -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in ("time", "workload", "level", "step", "status", "detail"):
-        table.add_column(col, overflow="fold")
+    table = output.table(title, "time", "workload", "level", "step", "status", "detail")
     for a in actions:
         status = a.status.value + (" (dry-run)" if a.dry_run else "")
         style = _STATUS_STYLE.get(a.status, "")
@@ -157,9 +152,7 @@ def print_actions(console: Console, actions: Sequence[Action]) -> None:
 
 
 def print_rules(console: Console, rules: Sequence[CompiledRule]) -> None:
-    table = Table(title="Rules in force", title_justify="left")
-    for col in ("name", "kind", "action", "scope", "when"):
-        table.add_column(col, overflow="fold")
+    table = output.table("Rules in force", "name", "kind", "action", "scope", "when")
     for r in rules:
         s = r.spec
         table.add_row(s.name, s.kind, s.action.value, s.scope, s.when)
@@ -188,9 +181,9 @@ def print_explain(console: Console, history: Mapping[str, Any]) -> None:
             console.print(f"  {key}: {info[key]}", highlight=False)
     findings = history["findings"]
     if findings:
-        table = Table(title="Evidence (finding episodes)", title_justify="left")
-        for col in ("rule", "first seen", "last seen", "wasted", "evidence"):
-            table.add_column(col, overflow="fold")
+        table = output.table(
+            "Evidence (finding episodes)", "rule", "first seen", "last seen", "wasted", "evidence"
+        )
         for f in findings:
             evidence = "; ".join(
                 f"{expr} = " + ", ".join(f"{v:.1f}" for v in per_gpu.values())
@@ -207,25 +200,21 @@ def print_explain(console: Console, history: Mapping[str, Any]) -> None:
     else:
         console.print("No findings recorded.")
     if history["decisions"]:
-        table = Table(title="Decisions", title_justify="left")
-        for col in ("time", "level", "step", "hold", "reason"):
-            table.add_column(col, overflow="fold")
+        table = output.table("Decisions", "time", "level", "step", "hold", "reason")
         for d in history["decisions"]:
             table.add_row(d["at"][:16], d["level"], d["step"] or "-", d["hold"] or "-", d["reason"])
         console.print(table)
     if history["actions"]:
-        table = Table(title="Actions", title_justify="left")
-        for col in ("time", "level", "step", "status", "detail"):
-            table.add_column(col, overflow="fold")
+        table = output.table("Actions", "time", "level", "step", "status", "detail")
         for a in history["actions"]:
             table.add_row(a["created_at"][:16], a["level"], a["step"], a["status"], a["detail"])
         console.print(table)
 
 
 def demo_findings_table(findings: Sequence[Mapping[str, Any]]) -> Table:
-    table = Table(title="Findings (episodes)", title_justify="left")
-    for col in ("rule", "workload", "GPUs", "first seen", "last seen", "wasted"):
-        table.add_column(col, overflow="fold")
+    table = output.table(
+        "Findings (episodes)", "rule", "workload", "GPUs", "first seen", "last seen", "wasted"
+    )
     for f in findings:
         table.add_row(
             f["rule"],

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from gpusteward.cli import logsetup
+from gpusteward.cli import logsetup, output
 from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.domain.ports import SystemClock
 from gpusteward.runtime.build import load_rules
@@ -25,7 +24,7 @@ from gpusteward.web.live import Attached, Probe
 from gpusteward.web.serve import serve_app
 from gpusteward.web.settings import parse_listen
 
-out = Console(soft_wrap=True)
+out = output.console()
 token_app = typer.Typer(
     help="API tokens for the web admin and its JSON API. Roles: viewer (read), operator (+ approve, "
     "snooze, pause), admin (+ edit rules). Tokens are stored hashed (SHA-256); each is shown once.",
