@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gpusteward.domain.classes import CLASSES
 from gpusteward.domain.models import Metric
 from gpusteward.store.window import WindowView
 
@@ -36,6 +37,19 @@ AGGREGATES: dict[str, tuple[str, ...]] = {
     "zero_for": ("metric",),
     "watched_for": ("metric",),
 }
+#: Evidence beyond one GPU's window (analysis/inputs.py): the share of the class's GPUs idle
+#: (the fleet's tide; ``fleet_idle_share(1h)`` for the holder's own class or
+#: ``fleet_idle_share(service, 1h)``), and the holder's idle-gap history, which the runtime
+#: keeps beyond the window: P(busy again within a horizon), its upper 95 % bound and the
+#: gaps behind it. A horizon looks ahead, not back: it does not lengthen a rule's window.
+INPUTS: dict[str, tuple[str, ...]] = {
+    "fleet_idle_share": ("class", "duration"),
+    "p_busy_again": ("horizon",),
+    "p_busy_again_upper": ("horizon",),
+    "idle_gaps": ("horizon",),
+}
+#: Below this a GPU is idle for the fleet's tide, and a sample is not busy for the gaps.
+IDLE_PCT = 1.0
 #: Aggregates in minutes (compared with plain numbers; ``f(m) >= N`` looks back N minutes).
 MINUTE_AGGREGATES = ("below_for", "zero_for", "watched_for")
 #: ``zero_for`` is ``below_for`` this small: any reading above zero ends the run.
@@ -60,6 +74,8 @@ class Aggregate:
 
     @property
     def text(self) -> str:
+        if self.func in INPUTS:
+            return f"{self.func}({', '.join(_input_args(self))})"
         parts = [self.metric.value]
         for role, v in zip(AGGREGATES[self.func][1:], self.args, strict=True):
             parts.append(format_duration(v) if role == "duration" else f"{v:g}")
@@ -67,12 +83,18 @@ class Aggregate:
 
     @property
     def duration_s(self) -> float:
+        if self.func in INPUTS:
+            return self.args[-1] if self.func == "fleet_idle_share" else 0.0
         roles = AGGREGATES[self.func][1:]
         return max((v for r, v in zip(roles, self.args, strict=True) if r == "duration"), default=0.0)
 
     @property
-    def view_call(self) -> tuple[str, tuple[float, ...]]:
-        """The ``WindowView`` method and its arguments after the metric."""
+    def view_call(self) -> tuple[str, tuple[float, ...]] | None:
+        """The ``WindowView`` method and its arguments after the metric (None: not the view's)."""
+        if self.func == "fleet_idle_share":
+            return ("max", self.args[1:]) if self.args[1] > 0 else ("last", ())
+        if self.func in INPUTS:
+            return None
         if self.func == "busy_share":  # shares fraction_below's memoised counts
             return "fraction_below", self.args
         if self.func == "zero_for":
@@ -83,11 +105,20 @@ class Aggregate:
 
     def compute(self, view: WindowView) -> FloatArray:
         """Per GPU of the view, in the view's index order."""
-        method, args = self.view_call
+        call = self.view_call
+        assert call is not None, self.func  # INPUTS go through EvalContext's hook
+        method, args = call
         out: FloatArray = getattr(view, method)(self.metric, *args)
         if self.func == "busy_share":
             return 1.0 - out  # NaN (no present sample) stays NaN
         return out / 60.0 if self.func in MINUTE_AGGREGATES else out
+
+
+def _input_args(agg: Aggregate) -> list[str]:
+    if agg.func == "fleet_idle_share":
+        cls, d = agg.args
+        return ([] if cls < 0 else [CLASSES[int(cls)]]) + [format_duration(d) if d > 0 else "0"]
+    return [format_duration(v) for v in agg.args]
 
 
 class EvalContext:
@@ -96,7 +127,8 @@ class EvalContext:
     ``gpu_index`` maps holdings to view indices (-1: the store has never seen that GPU,
     so all its aggregates are NaN); ``group`` maps holdings to workloads 0..n-1, and
     ``group_size`` is how many GPUs each workload holds. ``attributes`` are computed
-    lazily, once, by name.
+    lazily, once, by name. ``inputs`` computes the evidence beyond one GPU's window
+    (``INPUTS``); without it that evidence is unknown (NaN), which never trips a rule.
     """
 
     def __init__(
@@ -106,6 +138,7 @@ class EvalContext:
         group: npt.NDArray[np.intp],
         group_size: FloatArray,
         attributes: Mapping[str, Callable[[], FloatArray]],
+        inputs: Callable[[Aggregate, EvalContext], FloatArray] | None = None,
     ) -> None:
         self.view = view
         self.gpu_index = gpu_index
@@ -113,6 +146,7 @@ class EvalContext:
         self.group_size = group_size
         self.size = len(gpu_index)
         self._attributes = attributes
+        self._inputs = inputs
         self._unknown = gpu_index < 0
         self._safe_index = np.where(self._unknown, 0, gpu_index)
         self._cache: dict[object, FloatArray] = {}
@@ -120,7 +154,9 @@ class EvalContext:
     def aggregate(self, agg: Aggregate) -> FloatArray:
         hit = self._cache.get(agg)
         if hit is None:
-            if len(self.view) == 0:
+            if agg.func in INPUTS:
+                hit = np.full(self.size, np.nan) if self._inputs is None else self._inputs(agg, self)
+            elif len(self.view) == 0:
                 hit = np.full(self.size, np.nan)
             else:
                 hit = agg.compute(self.view)[self._safe_index]

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.analysis.aggregates import Aggregate, EvalContext, FloatArray
+from gpusteward.analysis.inputs import GapHistory, make_inputs
 from gpusteward.analysis.messages import Columns, messages
 from gpusteward.analysis.rules import CompiledRule
 from gpusteward.domain.classes import CLASSES, workload_class
@@ -31,6 +32,9 @@ from gpusteward.domain.models import Finding, Gpu, Metric, RuleAction, Workload
 from gpusteward.store.window import WindowView
 
 BoolArray = npt.NDArray[np.bool_]
+#: Evidence only some sources have: it never gates judging. A rule reads it as
+#: ``coverage(requests_per_s, 30m) == 0 or max(requests_per_s, 30m) == 0``.
+OPTIONAL_METRICS = frozenset({Metric.REQUESTS})
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,8 @@ class AnalysisInput:
     workloads: Sequence[Workload]
     now: datetime
     stale_after_s: float = 120.0
+    #: The idle-gap record behind ``p_busy_again(H)`` (the runtime keeps it beyond the window).
+    history: GapHistory | None = None
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,7 @@ def _judged(rule: CompiledRule, ctx: EvalContext, fresh: BoolArray) -> BoolArray
     """Holdings with fresh data covering enough of the rule's window for every metric it reads."""
     ok = fresh.copy()
     if rule.window_s > 0:
-        for m in sorted(rule.metrics):
+        for m in sorted(rule.metrics - OPTIONAL_METRICS):
             cov = ctx.aggregate(Aggregate("coverage", m, (rule.window_s,)))
             with np.errstate(invalid="ignore"):
                 ok &= cov >= rule.spec.min_coverage - 1e-9
@@ -280,18 +286,23 @@ def _view_calls(
             aggs.update(dict.fromkeys(rule.waste.aggregates))
         if rule.window_s > 0:
             aggs.update(
-                dict.fromkeys(Aggregate("coverage", m, (rule.window_s,)) for m in sorted(rule.metrics))
+                dict.fromkeys(
+                    Aggregate("coverage", m, (rule.window_s,))
+                    for m in sorted(rule.metrics - OPTIONAL_METRICS)
+                )
             )
             if "util" in rule.message_fields:
                 aggs[Aggregate("mean", Metric.GPU_UTIL, (rule.window_s,))] = None
     aggs.update(dict.fromkeys(Aggregate("last", m) for m in view.metrics))
-    return [(a.view_call[0], a.metric, a.view_call[1]) for a in aggs]
+    calls = [(a.view_call, a.metric) for a in aggs]
+    return [(c[0], m, c[1]) for c, m in calls if c is not None]
 
 
 def _analyse(rules: Sequence[CompiledRule], inp: AnalysisInput) -> AnalysisResult:
     inp.view.prefetch(_view_calls(rules, inp.view), workers=min(4, os.cpu_count() or 1))
     h = _Holdings(inp)
-    ctx = EvalContext(inp.view, h.gpu_index, h.group, h.group_size, h.attributes())
+    hook = make_inputs(h.workloads, h.group, h.class_codes, inp.history, inp.now)
+    ctx = EvalContext(inp.view, h.gpu_index, h.group, h.group_size, h.attributes(), hook)
     age = inp.view.age_s()
     fresh = np.zeros(len(h.uuids), dtype=np.bool_)
     known = h.gpu_index >= 0

@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from gpusteward.analysis.aggregates import (
     AGGREGATES,
+    INPUTS,
     METRIC_NAMES,
     MINUTE_AGGREGATES,
     Aggregate,
@@ -33,6 +34,7 @@ from gpusteward.analysis.aggregates import (
     format_duration,
     rewrite_durations,
 )
+from gpusteward.analysis.inputs import parse_input
 from gpusteward.domain.errors import RuleError
 from gpusteward.domain.models import Metric
 
@@ -310,9 +312,14 @@ class _Compiler:
             raise self.fail(node, "only positional arguments are allowed")
         if fname in GROUP_FUNCTIONS:
             return self.group_call(node, fname)
+        if fname in INPUTS:  # evidence beyond one GPU's window (analysis/inputs.py)
+            agg = parse_input(self, node, fname)
+            self.aggs.setdefault(agg)
+            self.window_s = max(self.window_s, agg.duration_s)
+            return _Node("num", lambda ctx: ctx.aggregate(agg), agg=agg)
         roles = AGGREGATES.get(fname)
         if roles is None:
-            known = ", ".join((*AGGREGATES, *GROUP_FUNCTIONS))
+            known = ", ".join((*AGGREGATES, *INPUTS, *GROUP_FUNCTIONS))
             raise self.fail(node.func, f"unknown function (known: {known})")
         if len(node.args) != len(roles):
             raise self.fail(node, f"{fname}() takes {len(roles)} argument(s): {', '.join(roles)}")

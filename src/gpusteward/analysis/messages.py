@@ -124,7 +124,8 @@ def messages(rule: CompiledRule, ctx: EvalContext, known: list[Gpu | None], cols
         if name == "minutes":
             return _fmt_all(cols.minutes)
         if name == "evidence":
-            return evidence_texts(rule.when.aggregates, ctx, cols.tp, cols.starts)
+            classes = [workload_class(w) for w in cols.workloads]
+            return evidence_texts(rule.when.aggregates, ctx, cols.tp, cols.starts, classes)
         if name == "class":
             return [workload_class(w) for w in cols.workloads]
         return [fmt_value(x, 2) for x in (cols.gpu_hours if name == "gpu_hours" else cols.cost)]

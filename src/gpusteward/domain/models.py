@@ -38,6 +38,8 @@ class Metric(StrEnum):
     PCIE_RX = "pcie_rx_bytes_per_s"
     PCIE_TX = "pcie_tx_bytes_per_s"
     PROC_CPU = "proc_cpu_pct"
+    #: Requests the holder served per second (vLLM, Triton, Knative/KServe), where exported.
+    REQUESTS = "requests_per_s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,9 @@ class Sample:
     pcie_tx_bytes_per_s: float | None = None
     #: CPU use of the process(es) holding the GPU, percent of one core.
     proc_cpu_pct: float | None = None
+    #: Requests per second the holder served (a serving framework's own metric), where the
+    #: source has one; missing stays missing, never 0.
+    requests_per_s: float | None = None
 
     def value(self, metric: Metric) -> float | None:
         v: float | None = getattr(self, metric.value)
@@ -203,6 +208,8 @@ class Hold(StrEnum):
     REJECTED = "approval-rejected"
     #: Outside the configured working hours (policy.working_hours): L2+ waits for them.
     OFF_HOURS = "off-hours"
+    #: The workload's roll-out scope is in observe (nothing) or notify (warnings only).
+    SCOPE = "scope"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,8 @@ from gpusteward.domain.store_ports import TickStore
 from gpusteward.notify.throttle import ThrottledNotifier
 from gpusteward.policy.owner import check_calendar
 from gpusteward.runtime.config import Settings
+from gpusteward.runtime.consolidation_step import build_consolidation
+from gpusteward.runtime.gap_history import build_gap_history
 from gpusteward.runtime.insights import build_insights
 from gpusteward.runtime.loop import Steward
 from gpusteward.runtime.notify_wiring import build_notifier
@@ -74,6 +76,7 @@ def build_steward(
     window = WindowStore(window_s=settings.store.window_minutes * 60, interval_s=interval)
     tide = build_tide(settings, integration)
     parking = build_parking(settings, integration, tide)
+    consolidation = build_consolidation(settings, integration)
     # One runner for every step: the integration's executors, the node parking and pool scaling.
     executors = [
         *integration.executors,
@@ -105,8 +108,10 @@ def build_steward(
         backoff_max_s=settings.source.backoff_max_seconds,
     )
     steward.insights = build_insights(settings, store)
+    steward.gaps = build_gap_history(rules, store)
     steward.tide = tide
     steward.parking = parking
+    steward.consolidation = consolidation
     steward.leadership = build_leadership(settings, store, integration)
     steward.guard_clock_jumps = guard_clock_jumps
     if backfill:

@@ -48,6 +48,7 @@ from gpusteward.domain.store_ports import TickStore
 from gpusteward.policy import PolicySettings
 from gpusteward.policy.approval import hold_for_approval
 from gpusteward.runtime.followup import follow_up
+from gpusteward.runtime.gap_history import GapHistory
 from gpusteward.runtime.insights import Insights
 from gpusteward.runtime.ledger_recorder import LedgerRecorder
 from gpusteward.runtime.logs import log_context, new_tick_id, tick_id
@@ -108,6 +109,8 @@ class Steward:
     ledger: LedgerRecorder | None = None
     #: Anomalies and advice, found after the rules: runtime/insights.py.
     insights: Insights | None = None
+    #: The idle-gap record behind ``p_busy_again(H)``: runtime/gap_history.py.
+    gaps: GapHistory | None = None
     #: Tidal scaling: forecasts and replica plans, then scale decisions: runtime/tide_step.py.
     tide: TideStep | None = None
     #: L4 parking of idle nodes: node idle time, then park/unpark decisions: runtime/parking_step.py.
@@ -240,6 +243,8 @@ class Steward:
 
     def _analyse(self, now: datetime) -> AnalysisResult:
         """The rules, then insights; the tide's plans and the nodes' idle time (for parking)."""
+        if self.gaps is not None:
+            self.gaps.update(self.window.view(now), list(self.workloads.values()), now)
         analysis = self.analyse(now)
         if self.insights is None and self.tide is None and self.parking is None:
             return analysis
@@ -292,6 +297,8 @@ class Steward:
             self.tide.settle(now, decisions, actions)
         if self.insights is not None:
             self.insights.record(now)
+        if self.gaps is not None:
+            self.gaps.save_due(now, list(self.workloads))
         flush = getattr(self.runner.notifier, "flush", None)
         if callable(flush):
             flush(now)  # a throttling notifier sends yesterday's digests
@@ -314,6 +321,7 @@ class Steward:
                 workloads=list(self.workloads.values()),
                 now=now,
                 stale_after_s=self.stale_after_s,
+                history=self.gaps,
             ),
         )
 
