@@ -23,6 +23,7 @@ from gpusteward.cli.db import db_app
 from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.cli.exporter import exporter as exporter_command
 from gpusteward.cli.forecast import advise_command, forecast_command
+from gpusteward.cli.init import init as init_command
 from gpusteward.cli.kubernetes import restore as restore_command
 from gpusteward.cli.logsetup import LogFormatOpt
 from gpusteward.cli.parked import parked as parked_command
@@ -327,6 +328,7 @@ app.add_typer(approvals_app, name="approvals", rich_help_panel=CONTROL)
 app.command("snooze", rich_help_panel=CONTROL)(snooze_command)
 app.command("unsnooze", rich_help_panel=CONTROL)(unsnooze_command)
 app.command("restore", rich_help_panel=CONTROL)(restore_command)
+app.command("init", rich_help_panel=SETUP)(init_command)
 app.add_typer(rules_app, name="rules", rich_help_panel=SETUP)
 app.add_typer(db_app, name="db", rich_help_panel=SETUP)
 app.add_typer(token_app, name="token", rich_help_panel=SETUP)
