@@ -144,13 +144,11 @@ def test_pause_stops_everything_but_still_ends_ladders_of_gone_workloads() -> No
 @pytest.mark.parametrize(
     ("kw", "settings"),
     [
-        ({"labels": {PROTECT_KEY: "true"}}, PolicySettings()),
-        ({"user": "vip"}, PolicySettings.model_validate({"protect": {"users": ["vip"]}})),
         ({"annotations": {EXCLUDE_UNTIL_KEY: "2025-03-04T12:00:00Z"}}, PolicySettings()),
         ({"annotations": {EXCLUDE_UNTIL_KEY: "next week"}}, PolicySettings()),
     ],
 )
-def test_protected_and_excluded_workloads_are_untouched(kw: dict[str, Any], settings: PolicySettings) -> None:
+def test_excluded_workloads_are_untouched(kw: dict[str, Any], settings: PolicySettings) -> None:
     w = workload("w", ["GPU-0"], **kw)
     states: dict[str, LadderState] = {"w": at_step("w", "warn-2", w)}
     for minute in range(0, 120, 5):
@@ -158,11 +156,38 @@ def test_protected_and_excluded_workloads_are_untouched(kw: dict[str, Any], sett
         result = run([w], [finding("w", ["GPU-0"], at=now)], states, settings, now=now)
         (d,) = result.decisions
         assert not d.acts
-        assert d.hold in (Hold.PROTECTED, Hold.EXCLUDED)
+        assert d.hold is Hold.EXCLUDED
         assert "Nothing is done" in d.reason
         assert result.states == {}
         assert result.cleared == ({"w"} if states else set())
         states = {}
+
+
+@pytest.mark.parametrize(
+    ("kw", "settings"),
+    [
+        ({"labels": {PROTECT_KEY: "true"}}, PolicySettings()),
+        ({"user": "vip"}, PolicySettings.model_validate({"protect": {"users": ["vip"]}})),
+    ],
+)
+def test_protected_workloads_are_warned_and_never_stopped(
+    kw: dict[str, Any], settings: PolicySettings
+) -> None:
+    """Protection stops actions, not information: both warnings go out, the stop is held."""
+    w = workload("w", ["GPU-0"], **kw)
+    states: dict[str, LadderState] = {}
+    taken: list[str] = []
+    for minute in range(0, 180, 5):
+        now = T0 + timedelta(minutes=minute)
+        result = run([w], [finding("w", ["GPU-0"], at=now)], states, settings, now=now)
+        (d,) = result.decisions
+        if d.acts:
+            taken.append(d.step)
+        elif d.level >= Level.GRACEFUL_STOP:
+            assert d.hold is Hold.PROTECTED
+            assert "never a stop" in d.reason
+        states = {**states, **result.states}
+    assert taken == ["warn-1", "warn-2"]
 
 
 def test_an_expired_exclusion_starts_over_with_a_first_warning() -> None:

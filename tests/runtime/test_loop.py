@@ -50,12 +50,16 @@ def test_small_cluster_stops_waste_and_nothing_else(make_steward, run_for):
         assert len(subjects) == 3, subjects
         assert subjects[0].startswith("Notice")
         assert subjects[2].startswith("Stopping")
-    # The protected zombie was seen, and held for a stated reason.
+    # The protected zombie was seen and warned (protection stops actions, not information), and
+    # its stop held for a stated reason.
     for w in protected:
         decisions = steward.store.decisions_for(w)
         assert decisions
-        assert all(d.hold is Hold.PROTECTED for d in decisions if d.level > Level.NONE)
-        assert not [n for n in notifier.sent if n.workload_id == w]
+        assert all(d.hold is Hold.PROTECTED for d in decisions if d.level >= Level.GRACEFUL_STOP)
+        assert any(d.hold is Hold.PROTECTED for d in decisions)
+        subjects = [n.subject for n in notifier.sent if n.workload_id == w]
+        assert len(subjects) == 2, subjects
+        assert all(s.startswith("Notice") for s in subjects)
 
 
 def test_ladder_timing_is_warn_warn_then_stop(make_steward, run_for):

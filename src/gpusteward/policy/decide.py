@@ -29,6 +29,8 @@ from gpusteward.domain.models import (
 from gpusteward.policy import guards, ladder, owner
 from gpusteward.policy.ladder import Step
 from gpusteward.policy.owner import ApprovalView, SnoozeView
+from gpusteward.policy.scope_settings import Stage
+from gpusteward.policy.scopes import Scope, cap, scope_for
 from gpusteward.policy.settings import PolicySettings
 
 
@@ -57,6 +59,10 @@ class PolicyInput:
     snoozes: Mapping[str, SnoozeView] = field(default_factory=dict)
     #: Rules whose findings a snooze does not hold (``snoozable: false``).
     unsnoozable_rules: frozenset[str] = frozenset()
+    #: Scope → the stage ``gpusteward rollout promote`` set (over the configured mode).
+    stages: Mapping[str, Stage] = field(default_factory=dict)
+    #: Scope → ladder-timing multiplier while a suspected false kill there is unsettled.
+    slowed: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class _Plan:
     #: The key of a step that waits for approval (the runtime asks for it under this key).
     waiting_key: str = ""
     approved_by: str = ""
+    scope: Scope | None = None
 
 
 def idempotency_key(state: LadderState, step: Step) -> str:
@@ -130,8 +137,14 @@ def _join(*parts: str) -> str:
 
 
 def _ahead(state: LadderState, p: _Plan, now: datetime, settings: PolicySettings) -> str:
-    timings = settings.ladder if p.workload is None else settings.ladder.for_class(workload_class(p.workload))
-    steps = ladder.schedule(state, timings, now, advice=p.advice, max_level=settings.max_level)
+    if p.scope is not None:
+        timings, top = p.scope.timings, p.scope.cap
+    else:
+        timings = (
+            settings.ladder if p.workload is None else settings.ladder.for_class(workload_class(p.workload))
+        )
+        top = settings.max_level
+    steps = ladder.schedule(state, timings, now, advice=p.advice, max_level=top)
     if not steps:
         return ""
     plan = ", ".join(f"{s.title} ({s.name}) {ladder.when(at, now)}" for s, at in steps)
@@ -188,9 +201,10 @@ def _plan(wid: str, findings: Sequence[Finding], inp: PolicyInput, settings: Pol
     advice = driver.action is not RuleAction.RECLAIM
     seen = _seen(driver, inp.gpus)
     p = _Plan(wid, "", w, driver, advice, seen, rule=driver.rule, gpu_uuids=driver.gpu_uuids)
-    owner_hold = guards.protected(w, settings.protect) or guards.excluded(w, now)
+    p.scope = scope = scope_for(w, inp.gpus, settings, inp.stages, inp.slowed)
+    owner_hold = guards.excluded(w, now)
     if owner_hold is not None:
-        # The owner opted out: the ladder ends, and starts again from a first warning later.
+        # The owner opted out for a while: the ladder ends, and starts again from a first warning later.
         p.clear, p.hold = True, owner_hold.hold
         p.reason = f"{seen} Nothing is done: {owner_hold.reason}."
         return p
@@ -198,8 +212,8 @@ def _plan(wid: str, findings: Sequence[Finding], inp: PolicyInput, settings: Pol
         p.state = ladder.observe(prev, driver.rule, now)
     else:
         p.state = ladder.start(wid, w.incarnation, driver.rule, now)
-    # Each class its own timings (a service may get longer to answer its owner, say).
-    nxt = ladder.next_step(p.state, settings.ladder.for_class(workload_class(w)), advice=advice)
+    # Each class its own timings (a service may get longer to answer its owner, say), then the scope's.
+    nxt = ladder.next_step(p.state, scope.timings, advice=advice)
     if nxt is None:
         p.hold = Hold.ADVICE_ONLY if advice else Hold.WAITING
         done = ladder.STEPS[p.state.step].title if p.state.step in ladder.STEPS else p.state.step
@@ -210,14 +224,11 @@ def _plan(wid: str, findings: Sequence[Finding], inp: PolicyInput, settings: Pol
     step, due = nxt
     if due > now:
         p.hold = Hold.WAITING
+        slow = f" (scope {scope.name} runs {scope.slowdown:g}x slower after a suspected false kill)"
         p.reason = f"{seen} Next: {step.title} ({step.name}) {ladder.when(due, now)}."
+        p.reason += slow if scope.slowdown > 1 else ""
         return p
-    if step.level > settings.max_level:
-        p.hold = Hold.WAITING
-        p.reason = (
-            f"{seen} The next step would be a {step.title}, but policy allows at most "
-            f"{settings.max_level.label}: nothing more is done."
-        )
+    if _capped(p, step, w, now, settings):
         return p
     p.step = step
     if step.level >= Level.GRACEFUL_STOP:
@@ -229,6 +240,20 @@ def _plan(wid: str, findings: Sequence[Finding], inp: PolicyInput, settings: Pol
     if held is not None:
         p.hold, p.reason = held.hold, _join(seen, f"The {step.title} is held: {held.reason}.")
     return p
+
+
+def _capped(p: _Plan, step: Step, w: Workload, now: datetime, settings: PolicySettings) -> bool:
+    """Hold a due step above what the scope's stage, protection or max_level allows."""
+    assert p.scope is not None
+    assert p.state is not None
+    held = cap(p.scope, p.state, step, w, now, settings.protect, advice=p.advice)
+    if held is None:
+        return False
+    p.step, p.hold = held.step, held.hold
+    p.reason = _join(p.seen, held.reason)
+    if held.step is not None and held.step.level >= Level.GRACEFUL_STOP:
+        p.gpu_uuids = w.gpu_uuids
+    return True
 
 
 def _snoozed(wid: str, found: Sequence[Finding], snooze: SnoozeView, inp: PolicyInput) -> _Plan:

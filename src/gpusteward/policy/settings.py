@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gpusteward.domain.classes import WorkloadClass
 from gpusteward.domain.models import PROTECT_KEY, Level
+from gpusteward.policy.scope_settings import DefaultScopeSettings, RolloutSettings, ScopeSettings
 
 
 class _Strict(BaseModel):
@@ -85,7 +86,8 @@ class ClassLadderSettings(_Strict):
 
 
 class ProtectSettings(_Strict):
-    """Workloads that gpusteward never acts on (their decisions are only recorded)."""
+    """Workloads that gpusteward never stops: they still get their findings and, where their
+    scope notifies, the warnings (protection stops actions, not information)."""
 
     users: list[str] = Field(default_factory=list, description="Owners (user names) never acted on.")
     teams: list[str] = Field(
@@ -243,7 +245,31 @@ class PolicySettings(_Strict):
         "steps above it are never taken.",
     )
 
+    scopes: list[ScopeSettings] = Field(
+        default_factory=list,
+        description="Roll-out scopes, first match wins: each a name, a selector (teams, users, "
+        "namespaces, accounts, partitions, qos, pools, labels, classes), a mode (observe, notify, "
+        "enforce), a max_level and ladder timings of its own.",
+    )
+    default_scope: DefaultScopeSettings = Field(
+        default_factory=DefaultScopeSettings,
+        description="The scope of every workload no listed scope matches (enforce by default).",
+    )
+    rollout: RolloutSettings = Field(
+        default_factory=RolloutSettings, description="Promotion criteria and false-kill handling."
+    )
+
     @field_validator("max_level", mode="before")
     @classmethod
     def _parse_level(cls, value: Any) -> Any:
         return _level(value)
+
+    @field_validator("scopes")
+    @classmethod
+    def _unique_scopes(cls, value: list[ScopeSettings]) -> list[ScopeSettings]:
+        seen: set[str] = set()
+        for s in value:
+            if s.name in seen:
+                raise ValueError(f"scope {s.name!r} is listed twice")
+            seen.add(s.name)
+        return value

@@ -10,7 +10,7 @@ import pytest
 
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.integration import Integration
-from gpusteward.domain.models import Action, ActionStatus, Hold
+from gpusteward.domain.models import Action, ActionStatus, Hold, Level
 from gpusteward.integrations.sim import SimClock
 from gpusteward.integrations.slurm.build import build_slurm
 from gpusteward.notify import MemoryNotifier
@@ -124,7 +124,7 @@ def test_enforce_checkpoint_stops_the_idle_job_only(slurm, tmp_path, wired_metri
     assert steward.store.decisions_for(wid[b]) == []
     held = steward.store.decisions_for(wid[c])
     assert held
-    assert all(d.hold is Hold.PROTECTED for d in held)
+    assert all(d.hold is Hold.PROTECTED for d in held if d.level >= Level.GRACEFUL_STOP)
     # The owner heard about it at every step, at the address the contact rule gives.
     to_a = [n for n in notifier.sent if n.workload_id == wid[a]]
     assert len(to_a) == 3

@@ -1,0 +1,178 @@
+"""Which roll-out scope holds a workload, and what that scope lets the ladder do. Pure.
+
+A scope's stage is the configured mode unless ``gpusteward rollout promote`` set another (the
+runtime hands those in as ``stages``); a scope with a suspected false kill that no admin has
+settled runs on slower timings (``slowed``: scope → multiplier).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpusteward.domain.classes import workload_class
+from gpusteward.domain.models import Gpu, Hold, LadderState, Level, Workload
+from gpusteward.policy import guards, ladder
+from gpusteward.policy.ladder import Step
+from gpusteward.policy.scope_settings import DefaultScopeSettings, ScopeSelector, Stage
+from gpusteward.policy.settings import LadderSettings, PolicySettings, ProtectSettings
+
+DEFAULT = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    name: str
+    stage: Stage
+    #: Highest level once enforced: the scope's max_level under policy.max_level.
+    max_level: Level
+    timings: LadderSettings
+    #: Ladder timings multiplied by this (suspected false kills not yet settled); 1: none.
+    slowdown: float = 1.0
+
+    @property
+    def cap(self) -> Level:
+        """The highest level the stage allows now."""
+        if self.stage is Stage.OBSERVE:
+            return Level.NONE
+        if self.stage is Stage.NOTIFY:
+            return min(Level.NOTIFY, self.max_level)
+        return self.max_level
+
+    def held_reason(self, title: str) -> str:
+        """Why a step above the stage's cap is not taken, naming the scope."""
+        if self.stage is Stage.OBSERVE:
+            return f"scope {self.name} is in observe: recorded, nobody told (enforce would take the {title})"
+        if self.stage is Stage.NOTIFY:
+            return f"scope {self.name} is in notify: its owners get warnings only, not the {title}"
+        return f"scope {self.name} allows at most {self.max_level.label}"
+
+
+def _any(have: str, want: list[str]) -> bool:
+    return not want or have in want
+
+
+def matches(sel: ScopeSelector, w: Workload, gpus: Mapping[str, Gpu]) -> bool:
+    """Whether every field ``sel`` gives accepts ``w``."""
+    ref = w.ref
+    namespace = ref.get("namespace") or w.labels.get("gpusteward.io/namespace", "")
+    if not (
+        _any(w.owner.team, sel.teams)
+        and _any(w.owner.user, sel.users)
+        and _any(namespace, sel.namespaces)
+        and _any(ref.get("account", ""), sel.accounts)
+        and _any(ref.get("partition", ""), sel.partitions)
+        and _any(ref.get("qos", ""), sel.qos)
+    ):
+        return False
+    if sel.pools and not any(gpus[u].pool in sel.pools for u in w.gpu_uuids if u in gpus):
+        return False
+    for key, want in sel.labels.items():
+        have = w.tag(key)
+        if have is None or have.strip().lower() != want.strip().lower():
+            return False
+    return not sel.classes or workload_class(w) in sel.classes
+
+
+def _resolve(
+    name: str,
+    cfg: DefaultScopeSettings,
+    cls_timings: LadderSettings,
+    settings: PolicySettings,
+    stages: Mapping[str, Stage],
+    slowed: Mapping[str, float],
+) -> Scope:
+    timings = cls_timings.model_copy(update=cfg.ladder.model_dump(exclude_none=True))
+    slow = max(1.0, slowed.get(name, 1.0))
+    if slow > 1.0:
+        timings = timings.model_copy(
+            update={
+                "warn_again_after_minutes": timings.warn_again_after_minutes * slow,
+                "graceful_stop_after_minutes": timings.graceful_stop_after_minutes * slow,
+                "force_after_minutes": timings.force_after_minutes * slow,
+            }
+        )
+    top = settings.max_level if cfg.max_level is None else min(cfg.max_level, settings.max_level)
+    return Scope(name, stages.get(name, cfg.mode), Level(top), timings, slow)
+
+
+def scope_for(
+    w: Workload,
+    gpus: Mapping[str, Gpu],
+    settings: PolicySettings,
+    stages: Mapping[str, Stage] | None = None,
+    slowed: Mapping[str, float] | None = None,
+) -> Scope:
+    """The first listed scope that matches ``w``, else the default one, resolved for ``w``'s class."""
+    cls_timings = settings.ladder.for_class(workload_class(w))
+    stages, slowed = stages or {}, slowed or {}
+    for s in settings.scopes:
+        if matches(s.match, w, gpus):
+            return _resolve(s.name, s, cls_timings, settings, stages, slowed)
+    return _resolve(DEFAULT, settings.default_scope, cls_timings, settings, stages, slowed)
+
+
+def scope_names(settings: PolicySettings) -> list[str]:
+    return [s.name for s in settings.scopes] + [DEFAULT]
+
+
+def configured_stage(settings: PolicySettings, name: str) -> Stage | None:
+    if name == DEFAULT:
+        return settings.default_scope.mode
+    return next((s.mode for s in settings.scopes if s.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Capped:
+    """A due step held above what the scope allows: the step recorded, why, in a sentence."""
+
+    step: Step | None
+    hold: Hold
+    reason: str
+
+
+def would_take(
+    state: LadderState, timings: LadderSettings, now: datetime, top: Level, *, advice: bool
+) -> Step:
+    """The furthest step enforce would have taken by ``now`` (guards aside)."""
+    taken: Step | None = None
+    while (nxt := ladder.next_step(state, timings, advice=advice)) is not None:
+        step, due = nxt
+        if due > now or step.level > top:
+            break
+        taken, state = step, ladder.take(state, step, due)
+    if taken is None:
+        raise ValueError("would_take needs a step that is due")
+    return taken
+
+
+def cap(
+    scope: Scope,
+    state: LadderState,
+    step: Step,
+    w: Workload,
+    now: datetime,
+    protect: ProtectSettings,
+    *,
+    advice: bool,
+) -> Capped | None:
+    """Hold ``step`` (due now) when the scope's stage, protection or max_level forbids it."""
+    if step.level > scope.cap and scope.stage is not Stage.ENFORCE:
+        # Recorded as the step enforce would have reached: `rollout status` counts these.
+        would = would_take(state, scope.timings, now, scope.max_level, advice=advice)
+        return Capped(would, Hold.SCOPE, f"The {step.title} is held: {scope.held_reason(would.title)}.")
+    held = guards.protected(w, protect)
+    if held is not None and step.level > Level.NOTIFY:
+        # Protection stops actions, not information: the warnings went out, the stop never does.
+        return Capped(
+            step, Hold.PROTECTED, f"The {step.title} is held: {held.reason}; it gets notices, never a stop."
+        )
+    if step.level > scope.cap:
+        return Capped(
+            None,
+            Hold.WAITING,
+            f"The next step would be a {step.title}, but scope {scope.name} allows at most "
+            f"{scope.cap.label}: nothing more is done.",
+        )
+    return None
