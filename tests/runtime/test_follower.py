@@ -3,7 +3,8 @@
 The same cluster, config and clock run twice, once as the leader and once as a follower (its
 ``Leadership.acquire()`` says no). The leader run shows that every kind of action is due in this
 setup (a tide scale-down of pool ``web`` from 14 replicas, parks of idle nodes, warnings and a
-graceful stop); the follower run must do none of them, and write nothing to the state store.
+graceful stop, consolidation moves of light services); the follower run must do none of them, and
+write nothing to the state store (nor plan a consolidation).
 """
 
 from __future__ import annotations
@@ -29,14 +30,16 @@ from gpusteward.runtime.build import build_steward
 
 pytest.importorskip("statsmodels")
 
-#: 4 nodes x 2 GPUs: node 00 trains, a zombie job wastes node 01, nodes 02 and 03 stand free.
+#: 5 nodes x 2 GPUs: node 00 trains, a zombie job wastes node 01, two light services share
+#: node 02 (one GPU each: consolidation packs them), nodes 03 and 04 stand free.
 FOUR = Scenario(
     "four",
     (
         Row(Behaviour.TRAINING, WorkloadKind.JOB, "pretrain", 2, 1, (-2, -2), (48, 48), (0, 0), "nlp"),
         Row(Behaviour.ZOMBIE, WorkloadKind.JOB, "leftover", 2, 1, (-3, -3), (30, 30), (1, 1), "speech"),
+        Row(Behaviour.SERVING, WorkloadKind.POD, "svc", 1, 2, (-1, -1), (48, 48), (0, 0), "recsys"),
     ),
-    nodes=4,
+    nodes=5,
     gpus_per_node=2,
     repeat_daily=False,
     scale=False,
@@ -52,6 +55,28 @@ class NeverLeader:
 
     def release(self) -> None:
         pass
+
+
+class SpyMover:
+    """Claims the consolidation moves (L4 on pods) and records them; changes nothing."""
+
+    name = "sim"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def supports(self, workload: Workload, level: Level) -> bool:
+        return level is Level.INFRA and workload.kind is WorkloadKind.POD
+
+    def current(self, workload: Workload) -> Workload | None:
+        return workload
+
+    def execute(self, decision: Decision, workload: Workload) -> Outcome:
+        self.calls.append((decision.step, workload.id))
+        return Outcome(True, "moved", verified=True)
+
+    def verify(self, decision: Decision, workload: Workload) -> bool:
+        return True
 
 
 class SpyExecutor:
@@ -113,6 +138,7 @@ def run(tmp_path: Path, *, leader: bool) -> dict[str, Any]:
             "min_spare_nodes": 0,
             "idle_minutes": 20,
         },
+        consolidation={"enabled": True, "min_history_hours": 0.5, "plan_every_minutes": 30},
         forecast={
             "enabled": True,
             "simulations": 200,
@@ -131,11 +157,12 @@ def run(tmp_path: Path, *, leader: bool) -> dict[str, Any]:
     clock = SimClock(DEFAULT_START)
     cluster = SimCluster(start=DEFAULT_START, scenario=FOUR)
     spy = SpyExecutor(SimExecutor(cluster))
+    mover = SpyMover()
     scaler = SimPoolScaler.of({"web": 14})
     integration = Integration(
         name="sim",
         source=SimSource(cluster),
-        executors=[spy],
+        executors=[spy, mover],
         node_control=SimNodeControl(cluster),
         pool_scaler=scaler,
         ground_truth=cluster,
@@ -155,6 +182,8 @@ def run(tmp_path: Path, *, leader: bool) -> dict[str, Any]:
         "scaler": scaler,
         "cluster": cluster,
         "spy": spy,
+        "mover": mover,
+        "plan": steward.consolidation.last if steward.consolidation else None,
         "notifier": notifier,
         "before": before,
         "after": rows(engine),
@@ -179,6 +208,12 @@ def test_the_leader_has_every_kind_of_action_to_take(tmp_path: Path) -> None:
     assert parks, "idle nodes are parked"
     assert {level for _, _, level in got["spy"].calls} >= {Level.GRACEFUL_STOP}, "the zombie is stopped"
     assert got["notifier"].sent, "its owner is warned"
+    assert got["plan"] is not None
+    assert got["plan"].gpus_after < got["plan"].gpus_before
+    # Both light services move to the shared GPU, one after the other (the second after the
+    # first's 60-minute watch).
+    assert [step for step, _ in got["mover"].calls] == ["share-gpu", "share-gpu"]
+    assert len({w for _, w in got["mover"].calls}) == 2
     assert got["after"] != got["before"]
 
 
@@ -191,6 +226,8 @@ def test_a_follower_changes_nothing_anywhere(tmp_path: Path) -> None:
     assert got["scaler"].pools["web"] == 14
     assert got["cluster"].parked_nodes == {}
     assert got["spy"].calls == []
+    assert got["mover"].calls == [], "no consolidation move"
+    assert got["plan"] is None, "and no consolidation plan: planning is past the leader gate"
     assert got["cluster"].endings() == ()
     assert got["notifier"].sent == []
     # ...and no row: no action, audit record, decision, notice, finding or ledger mark.

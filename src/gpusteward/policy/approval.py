@@ -1,9 +1,11 @@
-"""Which steps wait for a person, for every kind of step: ladder stops, parks and pool scales.
+"""Which steps wait for a person, for every kind of step: ladder stops, parks, pool scales and
+consolidation moves.
 
 ``policy.approval.min_level`` holds steps by level (L3 and L4 by default). A step that gives
-capacity back (an unpark, a scale-up) never waits: holding it would only keep capacity away
-from the users who need it. The ladder's steps are gated inside ``decide``; the L4 plans (parks,
-scales) by ``hold_for_approval`` with the same ``approval_gate``.
+capacity back (an unpark, a scale-up, a consolidation rollback) never waits: holding it would
+only keep capacity away from the users who need it. The ladder's steps are gated inside
+``decide``; the L4 plans (parks, scales, moves) by ``hold_for_approval`` with the same
+``approval_gate``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from gpusteward.domain.models import Decision
+from gpusteward.policy.consolidation import SHARE, UNSHARE
 from gpusteward.policy.ladder import Step
 from gpusteward.policy.owner import ApprovalView, approval_gate
 from gpusteward.policy.parking import PARK, UNPARK
@@ -20,8 +23,8 @@ from gpusteward.policy.scaling import SCALE_DOWN, SCALE_UP
 from gpusteward.policy.settings import ApprovalSettings
 
 #: Steps that give capacity back.
-NEVER_WAITS = frozenset({UNPARK.name, SCALE_UP.name})
-_INFRA_STEPS: dict[str, Step] = {s.name: s for s in (PARK, UNPARK, SCALE_DOWN, SCALE_UP)}
+NEVER_WAITS = frozenset({UNPARK.name, SCALE_UP.name, UNSHARE.name})
+_INFRA_STEPS: dict[str, Step] = {s.name: s for s in (PARK, UNPARK, SCALE_DOWN, SCALE_UP, SHARE, UNSHARE)}
 
 
 def needs_approval(settings: ApprovalSettings | None, decision: Decision) -> bool:

@@ -26,6 +26,7 @@ from gpusteward.integrations.replay.settings import ReplaySettings
 from gpusteward.integrations.sim.settings import SimSourceSettings
 from gpusteward.integrations.slurm.settings import SlurmSourceSettings
 from gpusteward.notify.settings import NotifySettings
+from gpusteward.policy.consolidation import ConsolidationSettings
 from gpusteward.policy.parking_settings import ParkingSettings
 from gpusteward.policy.settings import PolicySettings
 from gpusteward.runtime.config_env import unknown_variables, variable_for
@@ -146,6 +147,7 @@ class Settings(BaseSettings):
     ha: HaSettings = Field(default_factory=HaSettings)
     forecast: ForecastSettings = Field(default_factory=ForecastSettings)
     parking: ParkingSettings = Field(default_factory=ParkingSettings)
+    consolidation: ConsolidationSettings = Field(default_factory=ConsolidationSettings)
     insights: InsightsSettings = Field(default_factory=InsightsSettings)
     web: WebSettings = Field(default_factory=WebSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)

@@ -47,6 +47,7 @@ from gpusteward.domain.ports import Clock, Leadership, Source
 from gpusteward.domain.store_ports import TickStore
 from gpusteward.policy import PolicySettings
 from gpusteward.policy.approval import hold_for_approval
+from gpusteward.runtime.consolidation_step import ConsolidationStep
 from gpusteward.runtime.followup import follow_up
 from gpusteward.runtime.gap_history import GapHistory
 from gpusteward.runtime.insights import Insights
@@ -115,6 +116,8 @@ class Steward:
     tide: TideStep | None = None
     #: L4 parking of idle nodes: node idle time, then park/unpark decisions: runtime/parking_step.py.
     parking: ParkingStep | None = None
+    #: L4 consolidation of light services onto shared GPUs: runtime/consolidation_step.py.
+    consolidation: ConsolidationStep | None = None
     #: Who may act when two replicas run (None: this one always does).
     leadership: Leadership | None = None
     #: Shift stored ladder times by a wall-clock step (on with the system clock; simulated
@@ -209,6 +212,8 @@ class Steward:
         # 4. Plan: every change is a Decision (ladder steps, parks and unparks, pool scales).
         paused = self.store.is_paused()
         infra, targets = self._infra_plans(now, paused)
+        if self.consolidation is not None:  # one move (or rollback) at most; its workload is running
+            infra += self.consolidation.plan(now, workloads, paused)
         ladders = plan_ladders(
             self.store,
             self.policy,
@@ -246,7 +251,7 @@ class Steward:
         if self.gaps is not None:
             self.gaps.update(self.window.view(now), list(self.workloads.values()), now)
         analysis = self.analyse(now)
-        if self.insights is None and self.tide is None and self.parking is None:
+        if all(s is None for s in (self.insights, self.tide, self.parking, self.consolidation)):
             return analysis
         view = self.window.view(now)
         workloads = list(self.workloads.values())
@@ -260,6 +265,8 @@ class Steward:
                 log.exception("tide forecast failed; no pool is scaled this tick")
         if self.parking is not None:
             self.parking.observe(now, view, self.gpus, self.workloads)
+        if self.consolidation is not None:
+            self.consolidation.observe(now, view, self.gpus, self.workloads)
         return analysis
 
     def _infra_plans(self, now: datetime, paused: bool) -> tuple[list[Decision], dict[str, Workload]]:
@@ -297,6 +304,8 @@ class Steward:
             self.tide.settle(now, decisions, actions)
         if self.insights is not None:
             self.insights.record(now)
+        if self.consolidation is not None:
+            self.consolidation.settle(now, actions)
         if self.gaps is not None:
             self.gaps.save_due(now, list(self.workloads))
         flush = getattr(self.runner.notifier, "flush", None)

@@ -15,6 +15,12 @@ from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.integration import BuildContext, Integration
 from gpusteward.domain.ports import Clock, Leadership, Notifier, SystemClock
 from gpusteward.integrations.kubernetes.client import api_client, own_namespace
+from gpusteward.integrations.kubernetes.consolidate import (
+    ORIGINAL_GPU_KEY,
+    ConsolidationExecutor,
+    ConsolidationMover,
+)
+from gpusteward.integrations.kubernetes.control import ORIGINAL_REPLICAS_KEY, annotations_of
 from gpusteward.integrations.kubernetes.events import EventNotifier, EventPoster
 from gpusteward.integrations.kubernetes.executor import KubernetesExecutor, restore
 from gpusteward.integrations.kubernetes.kubeapi import KubeApi
@@ -33,6 +39,7 @@ class KubernetesParts:
     executor: KubernetesExecutor
     events: EventPoster
     scaler: KubernetesPoolScaler
+    mover: ConsolidationMover
 
     def notifier(self, inner: Notifier) -> Notifier:
         """``inner`` plus an Event on the pods of each Kubernetes workload a notice is about."""
@@ -93,7 +100,15 @@ def build_kubernetes(
         clock=executor_clock or clock,
     )
     scaler = KubernetesPoolScaler(api, conflict_retries=cfg.conflict_retries)
-    return KubernetesParts(api, source, executor, events, scaler)
+    mover = ConsolidationMover(
+        api,
+        source.fresh,
+        source=source.name,
+        conflict_retries=cfg.conflict_retries,
+        refuse=guard.reason,
+        clock=executor_clock or clock,
+    )
+    return KubernetesParts(api, source, executor, events, scaler, mover)
 
 
 def build(cfg: KubernetesSourceSettings, ctx: BuildContext) -> Integration:
@@ -101,7 +116,7 @@ def build(cfg: KubernetesSourceSettings, ctx: BuildContext) -> Integration:
     return Integration(
         name="kubernetes",
         source=parts.source,
-        executors=[parts.executor],
+        executors=[parts.executor, parts.mover],
         node_control=KubernetesNodeControl(parts.api, conflict_retries=cfg.conflict_retries),
         pool_scaler=parts.scaler,
         leadership=lambda namespace, name, lease_s: lease_leadership(
@@ -152,11 +167,18 @@ def restore_target(target: str) -> tuple[tuple[str, str, str, bool], str, str]:
 
 
 def restore_workload(cfg: KubernetesSourceSettings, target: str, *, client: Any = None) -> str:
-    """Undo a scale-down (``gpusteward restore WORKLOAD``); says what it did."""
+    """Undo a scale-down and/or a consolidation move (``gpusteward restore WORKLOAD``): whatever
+    gpusteward's annotations on the object record; says what it did."""
     res, ns, name = restore_target(target)
     api = kube_api(cfg, client)
     try:
-        return restore(api, res, ns, name, retries=cfg.conflict_retries)
+        moves = ConsolidationExecutor(api)
+        if ORIGINAL_GPU_KEY not in annotations_of(moves.get(res, ns, name)):
+            return restore(api, res, ns, name, retries=cfg.conflict_retries)
+        said = [moves.restore(res, ns, name, retries=cfg.conflict_retries)]
+        if ORIGINAL_REPLICAS_KEY in annotations_of(moves.get(res, ns, name)):
+            said.append(restore(api, res, ns, name, retries=cfg.conflict_retries))
+        return "; ".join(said)
     finally:
         if client is None:
             api.api_client.close()

@@ -16,12 +16,15 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpusteward.domain.errors import ExecutionError, PreflightFailed, SourceError
+from gpusteward.domain.models import PROTECT_KEY, Decision, Level, Outcome, Workload
+from gpusteward.domain.ports import Clock, SystemClock
 from gpusteward.integrations.kubernetes.control import ApiReply, Res, annotations_of, metadata
+from gpusteward.policy.consolidation import SHARE, UNSHARE, share_resource
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +68,7 @@ class ConsolidationExecutor:
         self.contention_share_max = contention_share_max
         self.trial: Trial | None = None
 
-    def _get(self, res: Res, ns: str, name: str) -> dict[str, Any]:
+    def get(self, res: Res, ns: str, name: str) -> dict[str, Any]:
         try:
             got = self.api.get(res, ns, name)
         except SourceError as e:
@@ -119,7 +122,7 @@ class ConsolidationExecutor:
             raise PreflightFailed(f"no node advertises {resource}: configure time-slicing or MIG first")
         what = f"{res[2]} {ns}/{name}"
         for _ in range(retries + 1):
-            obj = self._get(res, ns, name)
+            obj = self.get(res, ns, name)
             if ORIGINAL_GPU_KEY in annotations_of(obj):
                 return f"{what} already shares a GPU ({annotations_of(obj).get(SHARED_AS_KEY, '?')})"
             containers = _containers(obj)
@@ -153,7 +156,7 @@ class ConsolidationExecutor:
         """Put back the GPU requests recorded by ``share``. Raises when gpusteward did not move it."""
         what = f"{res[2]} {ns}/{name}"
         for _ in range(retries + 1):
-            obj = self._get(res, ns, name)
+            obj = self.get(res, ns, name)
             ann = annotations_of(obj)
             if ORIGINAL_GPU_KEY not in ann:
                 raise ExecutionError(
@@ -207,3 +210,70 @@ class ConsolidationExecutor:
             self.trial = None
             return "kept"
         return "watching"
+
+
+class ConsolidationMover:
+    """Implements ``Executor`` for the tick's consolidation decisions (L4 ``share-gpu`` and
+    ``unshare-gpu``) on Kubernetes workloads whose owner can be rewritten (Deployment,
+    StatefulSet, ...). The resource comes from the decision's key (policy/consolidation.py), so
+    a crash between the record and the write retries the same move. The watch is the tick's
+    (policy/consolidation.py): this executor keeps no trial of its own."""
+
+    def __init__(
+        self,
+        api: ShareApi,
+        fresh: Callable[[Workload], Workload | None],
+        *,
+        source: str = "kubernetes",
+        conflict_retries: int = 3,
+        refuse: Callable[[str], str | None] = lambda ns: None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.name = source
+        self.fresh = fresh
+        self.refuse = refuse
+        self.retries = conflict_retries
+        self.clock = clock or SystemClock()
+        self.moves = ConsolidationExecutor(api, watch_s=0.0)
+
+    def supports(self, workload: Workload, level: Level) -> bool:
+        return level is Level.INFRA and workload.source == self.name and workload.ref.get("mode") == "scale"
+
+    def current(self, workload: Workload) -> Workload | None:
+        try:
+            return self.fresh(workload)
+        except SourceError as e:
+            raise ExecutionError(f"cannot re-read {workload.id} now, nothing done: {e}") from e
+
+    @staticmethod
+    def _where(workload: Workload) -> tuple[Res, str, str]:
+        ref = workload.ref
+        res = (ref.get("group", ""), ref.get("version", ""), ref.get("plural", ""), True)
+        return res, ref.get("namespace", ""), ref.get("name", "")
+
+    def execute(self, decision: Decision, workload: Workload) -> Outcome:
+        res, ns, name = self._where(workload)
+        if decision.step == SHARE.name:
+            why = self.refuse(ns)
+            if why is not None:
+                raise PreflightFailed(why)
+            if (workload.tag(PROTECT_KEY) or "").strip().lower() == "true":
+                raise PreflightFailed(f"{workload.id} carries {PROTECT_KEY}=true")
+            resource = share_resource(decision.idempotency_key)
+            if not resource:
+                raise ExecutionError(f"{decision.idempotency_key!r} names no shared resource")
+            done = self.moves.share(
+                res, ns, name, resource, now_s=self.clock.monotonic(), retries=self.retries
+            )
+        elif decision.step == UNSHARE.name:
+            done = self.moves.restore(res, ns, name, retries=self.retries)
+        else:
+            raise ExecutionError(f"{decision.step} is not something the consolidation mover does")
+        return Outcome(True, done, verified=self.verify(decision, workload))
+
+    def verify(self, decision: Decision, workload: Workload) -> bool:
+        res, ns, name = self._where(workload)
+        ann = annotations_of(self.moves.get(res, ns, name))
+        if decision.step == SHARE.name:
+            return ann.get(SHARED_AS_KEY) == share_resource(decision.idempotency_key)
+        return ORIGINAL_GPU_KEY not in ann

@@ -27,6 +27,8 @@ from gpusteward.integrations.kubernetes.podref import PODS_KEY, encode_pods
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
+#: Time-slicing with ``renameByDefault``: a share of a GPU, still a GPU pod (consolidation moves).
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
 PROTECT_REASON_KEY = "gpusteward.io/protect-reason"
 OWNER_CHAIN_KEY = "gpusteward.io/owner-chain"
 ALWAYS_EXCLUDED = ("kube-system",)
@@ -130,7 +132,11 @@ def _container_gpus(c: Mapping[str, Any]) -> tuple[int, tuple[str, ...]]:
     # Extended resources must be limited (requests default to the limit, or equal it).
     amounts = {**_map(res.get("requests")), **_map(res.get("limits"))}
     names = tuple(
-        sorted(k for k in amounts if isinstance(k, str) and (k == GPU_RESOURCE or k.startswith(MIG_PREFIX)))
+        sorted(
+            k
+            for k in amounts
+            if isinstance(k, str) and (k in (GPU_RESOURCE, SHARED_RESOURCE) or k.startswith(MIG_PREFIX))
+        )
     )
     return sum(_count(amounts[k]) for k in names), names
 
