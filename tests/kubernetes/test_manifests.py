@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from datetime import UTC, datetime
@@ -12,6 +13,7 @@ import pytest
 import yaml
 from test_source import parts_for
 
+import gpusteward
 from gpusteward.domain.models import Decision, Level
 from gpusteward.integrations.kubernetes.build import restore_workload
 from gpusteward.integrations.kubernetes.node_control import KubernetesNodeControl
@@ -88,8 +90,13 @@ def test_the_daemonset_runs_the_exporter_with_host_pids_on_the_nvidia_runtime() 
     assert spec["containers"][0]["args"][0] == "exporter"
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
-def test_kubectl_kustomize_renders_the_same_objects() -> None:
+def test_kubectl_kustomize_renders_valid_objects_running_this_version() -> None:
+    """What `kubectl apply -k` sends: rendered by kubectl's kustomize (Debian's kubectl, installed
+    by .ci/run), every object valid, the image the one the Containerfile builds for this version."""
+    if shutil.which("kubectl") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("kubectl not installed under CI (apt-get install kubectl)")
+        pytest.skip("kubectl not installed (apt-get install kubectl)")
     out = subprocess.run(
         ["kubectl", "kustomize", str(DEPLOY)], capture_output=True, text=True, check=True, timeout=60
     )
@@ -97,6 +104,15 @@ def test_kubectl_kustomize_renders_the_same_objects() -> None:
     assert sorted((d["kind"], d["metadata"]["name"]) for d in rendered) == sorted(
         (d["kind"], d["metadata"]["name"]) for d in documents()
     )
+    images = set()
+    for d in rendered:
+        assert d["metadata"].get("namespace", "gpusteward") == "gpusteward"
+        if d["kind"] == "ServiceMonitor":  # a CRD: checked above
+            continue
+        kv.validate(d, K8S_VERSION, strict=True)
+        if d["kind"] in ("Deployment", "DaemonSet"):
+            images |= {c["image"] for c in d["spec"]["template"]["spec"]["containers"]}
+    assert images == {f"gpusteward:{gpusteward.__version__}"}
 
 
 def granted() -> set[tuple[str, str, str]]:
