@@ -4,21 +4,48 @@ time, rolled back on contention, restored."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 from k8s_cluster import deployment, node
 from k8s_fakeapi import FakeCluster
+from test_cli_restore import config_for
+from typer.testing import CliRunner
 
+from conftest import client_for
+from gpusteward.cli.main import app
 from gpusteward.domain.errors import ExecutionError, PreflightFailed
+from gpusteward.domain.models import (
+    ActionStatus,
+    ApprovalStatus,
+    Decision,
+    Hold,
+    Level,
+    Owner,
+    Workload,
+    WorkloadKind,
+)
 from gpusteward.integrations.kubernetes.consolidate import (
     GPU,
     ORIGINAL_GPU_KEY,
     SHARED_AS_KEY,
     ConsolidationExecutor,
+    ConsolidationMover,
 )
 from gpusteward.integrations.kubernetes.control import DEPLOYMENTS
 from gpusteward.integrations.kubernetes.kubeapi import KubeApi
+from gpusteward.integrations.sim import SimClock
+from gpusteward.notify import MemoryNotifier
+from gpusteward.policy.approval import hold_for_approval
+from gpusteward.policy.consolidation import SHARE, UNSHARE, share_key, unshare_key
+from gpusteward.policy.settings import ApprovalSettings
+from gpusteward.runtime.owner_controls import decide_approval
+from gpusteward.runtime.runner import ActionRunner
+from gpusteward.store.memory import MemoryStore
 
 SHARED = "nvidia.com/gpu.shared"  # time-slicing with renameByDefault: true
 MIG = "nvidia.com/mig-1g.10gb"  # the mixed MIG strategy
@@ -116,4 +143,84 @@ def test_a_clean_watch_keeps_the_move_and_restore_undoes_it(
     assert ex.watch(0.0, now_s=600) == "kept"
     assert resources(cluster, "llm-serve")["limits"][MIG] == "1"
     assert "whole GPUs again" in ex.restore(DEPLOYMENTS, "ml", "llm-serve")
+    assert resources(cluster, "llm-serve")["limits"] == {GPU: "1", "cpu": "2"}
+
+
+def test_restore_command_undoes_a_consolidation_move(
+    tmp_path: Path, server: Any, cluster: FakeCluster
+) -> None:
+    with_gpu(cluster, "llm-serve")
+    sharing_node(cluster)
+    ConsolidationExecutor(KubeApi(client_for(server.url))).share(
+        DEPLOYMENTS, "ml", "llm-serve", SHARED, now_s=0
+    )
+    assert resources(cluster, "llm-serve")["limits"][SHARED] == "1"
+    cfg = config_for(tmp_path, server.url)
+    result = CliRunner().invoke(
+        app, ["restore", "k8s:ml/deployment/llm-serve", "--config", str(cfg), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["restored"] is True
+    assert "whole GPUs again" in out["detail"]
+    assert resources(cluster, "llm-serve")["limits"] == {GPU: "1", "cpu": "2"}
+    assert ORIGINAL_GPU_KEY not in (meta(cluster, "llm-serve").get("annotations") or {})
+    again = CliRunner().invoke(app, ["restore", "ml/deployment/llm-serve", "--config", str(cfg)])
+    assert again.exit_code == 1
+
+
+def _deployment_workload(name: str) -> Workload:
+    ref = {"namespace": "ml", "kind": "Deployment", "name": name, "group": "apps", "version": "v1"}
+    ref |= {"plural": "deployments", "mode": "scale"}
+    return Workload(
+        f"k8s:ml/deployment/{name}",
+        WorkloadKind.POD,
+        name,
+        Owner("ml", "ml"),
+        1,
+        ("GPU-1",),
+        datetime(2026, 1, 5, tzinfo=UTC),
+        "kubernetes",
+        ref=MappingProxyType(ref),
+    )
+
+
+def test_the_mover_through_the_runner_waits_for_approval_moves_once_and_rolls_back(
+    api_client: Any, cluster: FakeCluster
+) -> None:
+    with_gpu(cluster, "llm-serve")
+    sharing_node(cluster)
+    clock = SimClock(datetime(2026, 1, 5, tzinfo=UTC))
+    store = MemoryStore()
+    mover = ConsolidationMover(KubeApi(api_client), lambda w: w, clock=clock)
+    runner = ActionRunner(store, [mover], MemoryNotifier(), clock, dry_run=False, approval=ApprovalSettings())
+    w = _deployment_workload("llm-serve")
+    store.remember_workloads([w], clock.now())  # as the tick does: approvals name known workloads
+    key = share_key(w.id, w.incarnation, SHARED)
+    share = Decision(
+        w.id, clock.now(), Level.INFRA, SHARE.name, "light", rule="consolidation", idempotency_key=key
+    )
+    held = hold_for_approval([share], {}, clock.now(), ApprovalSettings())
+    assert held[0].hold is Hold.AWAITING_APPROVAL
+    runner.run(held, {w.id: w})
+    assert resources(cluster, "llm-serve")["limits"][GPU] == "1", "nothing moves before an approval"
+    (asked,) = store.approvals(ApprovalStatus.PENDING)
+    decide_approval(store, asked.id, approve=True, by="admin", reason="try", now=clock.now())
+    (done,) = runner.run([share], {w.id: w})
+    assert done.status is ActionStatus.SUCCEEDED
+    assert resources(cluster, "llm-serve")["limits"][SHARED] == "1"
+    runner.run([share], {w.id: w})  # the key has run: never twice
+    assert [a.step for a in store.actions(limit=10)] == [SHARE.name]
+    back = Decision(
+        w.id,
+        clock.now(),
+        Level.INFRA,
+        UNSHARE.name,
+        "contended",
+        rule="consolidation",
+        idempotency_key=unshare_key(w.id, clock.now()),
+    )
+    assert hold_for_approval([back], {}, clock.now(), ApprovalSettings())[0].hold is Hold.NONE
+    (undone,) = runner.run([back], {w.id: w})
+    assert undone.status is ActionStatus.SUCCEEDED
     assert resources(cluster, "llm-serve")["limits"] == {GPU: "1", "cpu": "2"}
