@@ -42,6 +42,7 @@ PAGE_ROUTES = {
     "/rules",
     "/rules/{name}/edit",
     "/settings",
+    "/consolidation",
     "/l/{token}",
 }
 ESCAPED = "&lt;script&gt;window.__xss"
@@ -73,6 +74,7 @@ def _pages(s: Seeded) -> list[str]:
         "/rules",
         f"/rules/{PAYLOAD_RULE}/edit",
         "/settings",
+        "/consolidation",
         s.link,
     ]
 

@@ -195,15 +195,21 @@ class ConsolidationStep:
                 self._watched.pop(d.workload_id, None)
 
     def summary(self) -> dict[str, Any] | None:
-        """The last plan for the web and the report (no prices: those are the caller's)."""
+        """The last plan for the web and the report: GPUs now and after, by team; who moved."""
         plan = self.last
         if plan is None:
             return None
+        by_team: dict[str, dict[str, int]] = {}
+        for g in plan.groups:
+            item = self._items.get(g.members[0])
+            row = by_team.setdefault((item.team if item else "") or "(no team)", {"now": 0, "after": 0})
+            row["now"] += len(g.members)
+            row["after"] += 1
         return {
             "gpus_before": plan.gpus_before,
             "gpus_after": plan.gpus_after,
             "groups": [list(g.members) for g in plan.groups if len(g.members) > 1],
-            "teams": {i.id: i.team for i in self._items.values()},
+            "by_team": dict(sorted(by_team.items())),
             "moved": sorted(self._moves),
         }
 

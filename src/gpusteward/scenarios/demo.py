@@ -12,10 +12,13 @@ from typing import Any
 from gpusteward.domain.models import Action, Level
 from gpusteward.integrations.sim import DEFAULT_START, SimClock, SimCluster
 from gpusteward.integrations.sim.settings import SimSourceSettings
+from gpusteward.integrations.sim.shared import LightServices
 from gpusteward.integrations.sim.truth import Score, Truth
 from gpusteward.notify import MemoryNotifier
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, SourceSettings, StoreSettings
+from gpusteward.runtime.consolidation_step import pack_settings
+from gpusteward.scenarios.consolidation import backtest, backtest_summary, plan_summary
 from gpusteward.store.db import StateStore
 
 #: A workload wasteful for at least this long inside the period must have been stopped:
@@ -40,6 +43,8 @@ class DemoResult:
     missed_workloads: list[str]
     protected_untouched: bool
     notices: int
+    #: The light services' consolidation: planned from the first half, replayed on the second.
+    consolidation: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         s = self.score
@@ -59,6 +64,7 @@ class DemoResult:
             "false_action_workloads": list(s.false_stops),
             "protected_untouched": self.protected_untouched,
             "missed_workloads": self.missed_workloads,
+            "consolidation": self.consolidation,
         }
 
 
@@ -112,6 +118,7 @@ def run_demo(
                 on_tick(i + 1)
         result = _score(store, cluster, settings, hours, clock.now())
         result.notices = len(notifier.sent)
+        result.consolidation = consolidation(settings, hours, seed)
         store.close()
         return result
 
@@ -149,3 +156,21 @@ def _score(
         protected_untouched=not (protected & stopped) and not score.protected_stops,
         notices=0,
     )
+
+
+def consolidation(settings: Settings, hours: float, seed: int) -> dict[str, Any]:
+    """The simulator's light services (integrations/sim/shared.py, on whole GPUs apart from the
+    scored cluster): planned by the tick's planner from the first half of the run, replayed on
+    the second half (contention, memory violations), with the naive first-fit beside it."""
+    usage, items = LightServices(DEFAULT_START, hours=hours, seed=seed).usage()
+    cfg = pack_settings(settings.consolidation)
+    bt = backtest(usage, items, cfg, plan_hours=hours / 2)
+    plan = plan_summary(bt.plan, items, settings.cost, cfg)
+    return {
+        **backtest_summary(bt),
+        "gpus_freed": plan["gpus_freed"],
+        "money_per_month": plan["money_per_month"],
+        "currency": plan["currency"],
+        "by_team": plan["by_team"],
+        "groups": plan["groups"],
+    }
