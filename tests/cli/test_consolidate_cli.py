@@ -60,7 +60,15 @@ def test_plan_json_groups_within_teams_and_writes_a_chart(cut: Path, tmp_path: P
     for g in plan["groups"]:
         assert len({team[m] for m in g["members"]}) == 1  # one team per GPU by default
         assert g["peak_memory_gib"] <= 72.0
+        # Slurm and plain servers get the group as advice (sharding / MPS gres, MPS daemon).
+        n = len(g["members"])
+        assert f"Count>={n}" in g["advice"]["slurm"]
+        assert "--gres=mps:" in g["advice"]["slurm"]
+        assert "CUDA_VISIBLE_DEVICES" in g["advice"]["server"]
     assert "GPUs now and after" in svg.read_text()
+    text = runner.invoke(app, ["consolidate", "plan", "--trace", str(cut)])
+    assert "Slurm: --gres=shard:1" in text.output
+    assert "plain servers:" in text.output
     # Allowing the teams to mix never needs more GPUs.
     mixed = runner.invoke(app, ["consolidate", "plan", "--trace", str(cut), "--mix-team", "*", "--json"])
     assert json.loads(mixed.stdout)["gpus_after"] <= plan["gpus_after"]

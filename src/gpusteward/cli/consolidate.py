@@ -114,6 +114,13 @@ def plan(
             str(i + 1), "\n".join(g["members"]), g["mode"], f"{g['peak_memory_gib']:.1f}", contended
         )
     out.print(table)
+    if summary["groups"]:
+        a = summary["groups"][0]["advice"]
+        out.print(
+            "How to share a GPU (advice; Kubernetes moves it through consolidation.enabled):", highlight=False
+        )
+        out.print(f"  Slurm: {a['slurm']}", highlight=False)
+        out.print(f"  plain servers: {a['server']}", highlight=False)
     out.print(
         f"{summary['gpus_before']} GPUs → {summary['gpus_after']} ({summary['gpus_freed']} freed, "
         f"{summary['money_per_month']:,.0f} {summary['currency']} a month)",

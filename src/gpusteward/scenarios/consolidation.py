@@ -105,6 +105,27 @@ def backtest_summary(bt: Backtest) -> dict[str, Any]:
     }
 
 
+def advice(members: int, mode: str) -> dict[str, str]:
+    """How each kind of system would run one shared group: Kubernetes through the move (the
+    device plugin's resource), Slurm and plain servers as advice to apply by hand."""
+    share = max(1, 100 // members)
+    return {
+        "kubernetes": "nvidia.com/gpu.shared: 1 per workload (time-slicing) via `consolidation.enabled`",
+        "slurm": (
+            f"--gres=shard:1 each (GresTypes=shard, Count>={members} in gres.conf) or "
+            f"--gres=mps:{share} each (GresTypes=mps)"
+        ),
+        "server": (
+            f"one GPU in CUDA_VISIBLE_DEVICES for all {members}; "
+            + (
+                f"nvidia-cuda-mps-control -d, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={share}"
+                if mode == "mps"
+                else "time-sliced by the driver (no setup)"
+            )
+        ),
+    }
+
+
 def plan_summary(
     plan: Plan, items: list[Item], prices: PriceTable, cfg: PackSettings, *, usage: Usage | None = None
 ) -> dict[str, Any]:
@@ -131,6 +152,7 @@ def plan_summary(
                 "mode": g.mode,
                 "contention_share": round(g.contention_share, 6),
                 "peak_memory_gib": round(g.peak_memory_mib / 1024, 2),
+                "advice": advice(len(g.members), g.mode),
             }
             for g in plan.groups
             if len(g.members) > 1
