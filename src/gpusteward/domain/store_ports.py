@@ -192,6 +192,23 @@ class Controls(Protocol):
     def active_snoozes(self, at: datetime) -> dict[str, SnoozeRecord]: ...
 
 
+class Docs(Protocol):
+    """Small JSON documents by key (the roll-out's stage history and watch); a write may carry
+    its audit record, stored in the same transaction."""
+
+    def load_doc(self, key: str) -> Any: ...
+
+    def save_doc(
+        self,
+        key: str,
+        value: Any,
+        *,
+        at: datetime,
+        audit: AuditNote | None = None,
+        workload_id: str | None = None,
+    ) -> None: ...
+
+
 class WorkloadBook(Protocol):
     """What was last seen of each workload, kept after it ends."""
 
@@ -225,6 +242,15 @@ class RunnerStore(ActionJournal, NoticeLog, Controls, Protocol):
 
 
 class TickStore(
-    LadderStore, ActionJournal, AuditLog, EpisodeStore, NoticeLog, Controls, WorkloadBook, HasLedger, Protocol
+    LadderStore,
+    ActionJournal,
+    AuditLog,
+    EpisodeStore,
+    NoticeLog,
+    Controls,
+    WorkloadBook,
+    HasLedger,
+    Docs,
+    Protocol,
 ):
     """Everything one tick reads and writes."""

@@ -22,6 +22,7 @@ from gpusteward.runtime.loop import Steward
 from gpusteward.runtime.notify_wiring import build_notifier
 from gpusteward.runtime.parking_step import build_parking
 from gpusteward.runtime.registry import build_integration, build_leadership
+from gpusteward.runtime.rollout_step import RolloutStep
 from gpusteward.runtime.runner import ActionRunner
 from gpusteward.runtime.tide_step import build_tide
 from gpusteward.store.db import StateStore
@@ -94,6 +95,7 @@ def build_steward(
         clock,
         dry_run=settings.dry_run,
         approval=settings.policy.approval,
+        tell_admin_after_attempts=settings.policy.rollout.tell_admin_after_attempts,
     )
     steward = Steward(
         source=integration.source,
@@ -109,6 +111,7 @@ def build_steward(
     )
     steward.insights = build_insights(settings, store)
     steward.gaps = build_gap_history(rules, store)
+    steward.rollout = RolloutStep(store, settings.policy)
     steward.tide = tide
     steward.parking = parking
     steward.consolidation = consolidation

@@ -56,6 +56,7 @@ from gpusteward.runtime.logs import log_context, new_tick_id, tick_id
 from gpusteward.runtime.parking_step import ParkingStep
 from gpusteward.runtime.planning import plan_ladders, save_ladders, with_runner_holds
 from gpusteward.runtime.reconcile import Judgement, Reconciler
+from gpusteward.runtime.rollout_step import RolloutStep
 from gpusteward.runtime.runner import ActionResult, ActionRunner
 from gpusteward.runtime.tide_step import TideStep
 from gpusteward.store.window import WindowStore
@@ -118,6 +119,8 @@ class Steward:
     parking: ParkingStep | None = None
     #: L4 consolidation of light services onto shared GPUs: runtime/consolidation_step.py.
     consolidation: ConsolidationStep | None = None
+    #: Roll-out scopes' stages into the plan; stops, false kills, reclaim counts: runtime/rollout_step.py.
+    rollout: RolloutStep | None = None
     #: Who may act when two replicas run (None: this one always does).
     leadership: Leadership | None = None
     #: Shift stored ladder times by a wall-clock step (on with the system clock; simulated
@@ -224,6 +227,7 @@ class Steward:
             dry_run=self.dry_run,
             unsnoozable_rules=self.unsnoozable_rules,
             also={d.workload_id for d in infra},
+            **(self.rollout.inputs() if self.rollout is not None else {}),
         )
         infra = hold_for_approval(infra, ladders.approvals, now, self.policy.approval)
         decisions = [*ladders.result.decisions, *infra]
@@ -244,6 +248,8 @@ class Steward:
         decided = with_runner_holds(decisions, ran)
         self.store.record_decisions(decided)
         self._record(now, obs, analysis, decided, actions)
+        if self.rollout is not None:
+            self.rollout.record(now, targets, self.gpus, decided, actions, self.runner)
         return replace(report, decisions=decided, actions=tuple(actions), paused=ladders.paused, leader=True)
 
     def _analyse(self, now: datetime) -> AnalysisResult:

@@ -20,6 +20,7 @@ from gpusteward.domain.store_ports import Controls, LadderStore, TickStore
 from gpusteward.policy import PolicyInput, PolicySettings, decide
 from gpusteward.policy.decide import PolicyResult
 from gpusteward.policy.owner import ApprovalView, SnoozeView
+from gpusteward.policy.scope_settings import Stage
 from gpusteward.runtime.runner import ActionResult
 
 
@@ -44,6 +45,8 @@ def plan_ladders(
     dry_run: bool,
     unsnoozable_rules: frozenset[str],
     also: Collection[str] = (),
+    stages: Mapping[str, Stage] | None = None,
+    slowed: Mapping[str, float] | None = None,
 ) -> LadderPlan:
     """The ladder decisions of this tick; ``also`` names more workloads whose approvals are read
     (the nodes and pools the L4 plans name)."""
@@ -85,6 +88,8 @@ def plan_ladders(
             approvals=approvals,
             snoozes=snoozes,
             unsnoozable_rules=unsnoozable_rules,
+            stages=stages or {},
+            slowed=slowed or {},
         ),
         policy,
     )

@@ -72,6 +72,7 @@ class ActionRunner:
         *,
         dry_run: bool = True,
         approval: ApprovalSettings | None = None,
+        tell_admin_after_attempts: int = 3,
     ) -> None:
         self.store = store
         self.executors = list(executors)
@@ -80,6 +81,8 @@ class ActionRunner:
         self.dry_run = dry_run
         #: Which steps need an approval; None: none do (and nothing is asked).
         self.approval = approval
+        #: A failed action is reported to the admins when its attempts reach this (once).
+        self.tell_admin_after_attempts = tell_admin_after_attempts
 
     def run(self, decisions: Sequence[Decision], workloads: Mapping[str, Workload]) -> list[ActionResult]:
         """Carry out every acting decision; one failure never stops the others. Steps held
@@ -187,6 +190,9 @@ class ActionRunner:
             return str(e)
         return ""
 
+    def deliver(self, notice: Notice) -> bool:
+        return self._deliver(notice)
+
     def _deliver(self, notice: Notice) -> bool:
         """Send ``notice``; False when a throttling notifier held it back for a digest."""
         deliver = getattr(self.notifier, "deliver", None)
@@ -241,6 +247,9 @@ class ActionRunner:
             return ActionResult(decision, ActionStatus.EXECUTING, detail, action.id)
         note = AuditNote(f"action.{status.value}", {"key": key, "detail": detail})
         self.store.finish_action(action.id, status, detail, done, audit=note)
+        if status is ActionStatus.FAILED and action.attempts + 1 == self.tell_admin_after_attempts:
+            notice = failure_notice(decision, workload, action.attempts + 1, detail, done)
+            self.store.record_notice(notice, sent=self._deliver(notice))
         return ActionResult(decision, status, detail, action.id)
 
     def _execute(self, decision: Decision, workload: Workload) -> tuple[ActionStatus, str, datetime | None]:
@@ -312,3 +321,16 @@ def approval_notice(record: ApprovalRecord, workload: Workload, decision: Decisi
         level=decision.level,
         dedup_key=record.idempotency_key,
     )
+
+
+def failure_notice(decision: Decision, workload: Workload, attempts: int, error: str, at: datetime) -> Notice:
+    """The admins' notice of an action that keeps failing (it is still retried while the waste holds)."""
+    body = (
+        f"gpusteward failed {attempts} times to {decision.step} ({decision.level.label}) "
+        f"{workload.kind.value} {workload.name} (id {workload.id}) of {workload.owner.user}.\n\n"
+        f"Last error: {error}\n\nIt is retried (1, 2, 4 ... 30 min apart) while the waste holds; "
+        "`gpusteward audit` shows every attempt."
+    )
+    subject = f"Action failing: {decision.step} of {workload.name}"
+    key = f"failed:{decision.idempotency_key}"
+    return Notice(at, workload.id, None, subject, body, decision.level, key)

@@ -43,6 +43,7 @@ from gpusteward.store.dbschema import (
     settings_t,
     workloads_t,
 )
+from gpusteward.store.docs import SqlDocs
 from gpusteward.store.ledger import LedgerStore
 from gpusteward.store.rows import (
     audit_of,
@@ -86,7 +87,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-class StateStore(OwnerControls, ActionLog):
+class StateStore(OwnerControls, ActionLog, SqlDocs):
     """gpusteward's durable state. One instance per process; safe to reopen on the same database.
 
     Approvals and snoozes come from ``store.controls.OwnerControls``, actions from

@@ -8,6 +8,7 @@ hash-chained (the chain guards a database others can write to).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpusteward.domain.models import Decision, Finding, LadderState, Notice, Workload
 from gpusteward.domain.records import (
+    AuditNote,
     AuditRecord,
     DailyAmounts,
     DailyKey,
@@ -107,6 +109,7 @@ class MemoryStore(MemoryJournal, MemoryControls):
         self._audit: list[AuditRecord] = []
         self._workloads: dict[str, WorkloadRecord] = {}
         self._ledger = MemoryLedger()
+        self._docs: dict[str, Any] = {}
 
     @property
     def ledger(self) -> MemoryLedger:
@@ -202,6 +205,23 @@ class MemoryStore(MemoryJournal, MemoryControls):
     def audit_log(self, limit: int = 100, workload_id: str | None = None) -> list[AuditRecord]:
         mine = (r for r in self._audit if workload_id is None or r.workload_id == workload_id)
         return last_n(mine, limit)
+
+    # -- JSON documents (the roll-out's records) ----------------------------------------------
+    def load_doc(self, key: str) -> Any:
+        return copy.deepcopy(self._docs.get(key))
+
+    def save_doc(
+        self,
+        key: str,
+        value: Any,
+        *,
+        at: datetime,
+        audit: AuditNote | None = None,
+        workload_id: str | None = None,
+    ) -> None:
+        self._docs[key] = copy.deepcopy(jsonable(value))
+        if audit is not None:
+            self.audit(audit.event, at, workload_id, **audit.payload)
 
     # -- workload snapshots -------------------------------------------------------------------
     def remember_workloads(self, workloads: Iterable[Workload], at: datetime) -> None:
