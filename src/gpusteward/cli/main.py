@@ -28,6 +28,7 @@ from gpusteward.cli.kubernetes import restore as restore_command
 from gpusteward.cli.logsetup import LogFormatOpt
 from gpusteward.cli.parked import parked as parked_command
 from gpusteward.cli.report import report as report_command
+from gpusteward.cli.rollout import rollout_app
 from gpusteward.cli.slurm import slurm_app
 from gpusteward.cli.snooze import snooze as snooze_command
 from gpusteward.cli.snooze import unsnooze as unsnooze_command
@@ -325,6 +326,7 @@ app.command("backtest", rich_help_panel=LOOK)(backtest_command)
 app.command("parked", rich_help_panel=LOOK)(parked_command)
 app.add_typer(consolidate_app, name="consolidate", rich_help_panel=LOOK)
 app.add_typer(approvals_app, name="approvals", rich_help_panel=CONTROL)
+app.add_typer(rollout_app, name="rollout", rich_help_panel=CONTROL)
 app.command("snooze", rich_help_panel=CONTROL)(snooze_command)
 app.command("unsnooze", rich_help_panel=CONTROL)(unsnooze_command)
 app.command("restore", rich_help_panel=CONTROL)(restore_command)
