@@ -9,6 +9,7 @@ from tests.runtime.conftest import small_settings
 from gpusteward.domain.models import ActionStatus, Hold, Level
 from gpusteward.integrations.sim.resubmit import ResubmittingSource
 from gpusteward.runtime.rollout import RolloutBook
+from gpusteward.web.metrics import StewardMetrics
 
 SCOPES = {
     "scopes": [
@@ -101,3 +102,9 @@ def test_the_live_false_kill_figure_finds_every_resubmission_and_nothing_else(
     assert wrong
     assert {f.workload_id for f in fks} == wrong
     assert all("resubmitted as" in f.why for f in fks)
+    # /metrics: the false kills by rule and scope, and the share of stops that freed their GPUs.
+    metrics = StewardMetrics()
+    metrics.record(steward, steward.tick(), 0.1)
+    text = metrics.render().decode()
+    assert f'gpusteward_false_kills_total{{rule="careless",scope="default"}} {len(wrong)}.0' in text
+    assert 'gpusteward_reclaim_success_ratio{executor="SimExecutor"}' in text

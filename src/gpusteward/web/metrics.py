@@ -62,6 +62,21 @@ class StewardMetrics:
         self.alerts = counter(
             "gpusteward_alerts_received", "Alertmanager alerts received, by status.", ("status",)
         )
+        self.false_kills = counter(
+            "gpusteward_false_kills",
+            "Suspected false kills found (a stop its owner resubmitted, restored or appealed within "
+            "the horizon), by rule and scope; dismissed ones stay counted.",
+            ("rule", "scope"),
+        )
+        self.reclaim_attempts = gauge(
+            "gpusteward_reclaim_attempts", "L2+ action attempts that ended, per executor.", ("executor",)
+        )
+        self.reclaim_success = gauge(
+            "gpusteward_reclaim_success_ratio",
+            "Share of L2+ action attempts that freed their GPUs (verified), per executor.",
+            ("executor",),
+        )
+        self._counted_false_kills = 0
         self._kinds: set[str] = set()
         self._freed: dict[str, tuple[float, str]] = {}
         self._last_at: datetime | None = None
@@ -91,6 +106,20 @@ class StewardMetrics:
             d = a.decision
             self.actions.labels(d.step or "-", d.level.label, a.status.value).inc()
         self._accrue_savings(steward, report)
+        if steward.rollout is not None and report.leader:
+            self._safety(steward)
+
+    def _safety(self, steward: Steward) -> None:
+        """The live safety figures from the leader's record (which survives restarts)."""
+        assert steward.rollout is not None
+        watch = steward.rollout.book.watch()
+        for f in watch.false_kills:
+            if f.id > self._counted_false_kills:
+                self.false_kills.labels(f.rule, f.scope).inc()
+                self._counted_false_kills = f.id
+        for executor, (attempted, freed) in watch.reclaim.items():
+            self.reclaim_attempts.labels(executor).set(attempted)
+            self.reclaim_success.labels(executor).set(freed / attempted if attempted else 0.0)
 
     def _accrue_savings(self, steward: Steward, report: TickReport) -> None:
         """A stopped workload's GPUs save their price from when it lets go of them until
