@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from enum import StrEnum
 
 from gpusteward.runtime.config import Settings
-from gpusteward.runtime.logs import LogFormat, configure_logging
+from gpusteward.runtime.logs import LogFormat, configure_logging, unconfigure
 
 
 class LogFormatOpt(StrEnum):
@@ -17,11 +18,14 @@ class LogFormatOpt(StrEnum):
 _chosen: LogFormat | None = None
 
 
-def choose(fmt: LogFormatOpt | None) -> None:
-    """From the global option; until a command reads its config, warnings already use it."""
+def choose(fmt: LogFormatOpt | None) -> Callable[[], None]:
+    """From the global option; until a command reads its config, warnings already use it.
+    Returns what undoes it when the command ends (in-process callers, tests, keep their logging)."""
     global _chosen
     _chosen = None if fmt is None else fmt.value
+    level = logging.getLogger().level
     configure_logging(_chosen or "plain", logging.WARNING)
+    return lambda: unconfigure(level)
 
 
 def apply(settings: Settings | None, *, verbose: bool = False) -> None:

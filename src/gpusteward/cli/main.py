@@ -86,6 +86,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
@@ -100,7 +101,7 @@ def _root(
     ] = None,
 ) -> None:
     """Options for every command."""
-    logsetup.choose(log_format)
+    ctx.call_on_close(logsetup.choose(log_format))
 
 
 def _settings(config: Path | None, **overrides: Any) -> Settings:

@@ -112,6 +112,14 @@ def configure_logging(fmt: LogFormat, level: int) -> None:
     root.setLevel(level)
 
 
+def unconfigure(level: int) -> None:
+    """Remove the handler configure_logging installed and set the root level back to ``level``."""
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(h)
+    root.setLevel(level)
+
+
 def configured() -> bool:
     """Whether configure_logging installed the root handler (uvicorn then logs through it)."""
     return any(isinstance(h, _StderrHandler) for h in logging.getLogger().handlers)
