@@ -18,7 +18,7 @@ from gpusteward.cli import app, detect
 from gpusteward.integrations.prometheus.localserver import LocalPrometheus, binaries
 from gpusteward.runtime.config import load_settings
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "kubernetes"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "integrations" / "kubernetes"))
 
 from k8s_cluster import scenario
 from k8s_fakeapi import FakeApiServer

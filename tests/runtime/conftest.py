@@ -13,6 +13,7 @@ from gpusteward.notify import MemoryNotifier
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.loop import Steward, TickReport
+from gpusteward.store.db import StateStore
 
 MakeSteward = Callable[..., tuple[Steward, Integration, SimClock, MemoryNotifier]]
 
@@ -68,3 +69,11 @@ def _run_for(steward: Steward, clock: SimClock, minutes: float, tick_s: float = 
 def run_for() -> Callable[..., list[TickReport]]:
     """Tick every ``tick_s`` for ``minutes`` of simulated time; returns the tick reports."""
     return _run_for
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> StateStore:
+    """A fresh SQLite state file."""
+    s = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    s.create_schema()
+    return s

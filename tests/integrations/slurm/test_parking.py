@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from tests.sensing.slurm.conftest import NODE, SlurmCluster
+from tests.integrations.slurm.conftest import NODE, SlurmCluster
 
 from gpusteward.domain.errors import PreflightFailed
 from gpusteward.domain.models import Decision, Level

@@ -25,7 +25,7 @@ from .k8s_cluster import lease_for
 
 kv = pytest.importorskip("kubernetes_validate")
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes"
 K8S_VERSION = "1.30.0"
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 

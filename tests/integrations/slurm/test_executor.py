@@ -1,4 +1,4 @@
-"""The Slurm executor's logic over a fake Slurm (the real one is exercised in tests/sensing/slurm)."""
+"""The Slurm executor's logic over a fake Slurm (the real one is exercised in tests/integrations/slurm)."""
 
 from __future__ import annotations
 

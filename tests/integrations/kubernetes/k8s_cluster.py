@@ -22,7 +22,7 @@ from typing import Any
 from k8s_fakeapi import FakeCluster
 
 # Verbatim copies of ../shared/data/kubernetes (see its README): a clone runs without the shared folder.
-K8S = Path(__file__).resolve().parents[1] / "fixtures" / "kubernetes"
+K8S = Path(__file__).resolve().parents[2] / "fixtures" / "kubernetes"
 Obj = dict[str, Any]
 
 NODE_1, NODE_2 = "gpu-node-1", "gpu-node-2"

@@ -17,7 +17,7 @@ from tests.fuzzing import JSON, mutated_json
 from gpusteward.integrations.kubernetes.model import Protection, build_workload, pod_info, unit_of
 from gpusteward.integrations.kubernetes.owners import OwnerResolver
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "kubernetes"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "kubernetes"
 OBJECTS = {p.name: json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*/*.json"))}
 PODS = {n: o for n, o in OBJECTS.items() if o.get("kind") == "Pod"}
 OWNERS = {n: o for n, o in OBJECTS.items() if o.get("kind") in ("ReplicaSet", "Deployment")}

@@ -10,6 +10,7 @@ import pytest
 
 from gpusteward.integrations.nvml.captures import node_from_capture, parse_smi_xml
 from gpusteward.integrations.nvml.fake import FakeNode
+from gpusteward.store.db import StateStore
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 CAPTURES = sorted((FIXTURES / "nvml" / "captures").glob("*.txt"))
@@ -71,3 +72,11 @@ def proc_root(tmp_path: Path) -> Callable[[dict[int, FakePid]], Path]:
 
 def users(uid: int) -> str:
     return {0: "root", 1000: "alice", 1001: "bob"}.get(uid, str(uid))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> StateStore:
+    """A fresh SQLite state file."""
+    s = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    s.create_schema()
+    return s
