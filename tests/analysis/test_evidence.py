@@ -234,3 +234,30 @@ def test_default_rules_by_class(
     case: str, series: Series, ref: dict[str, str], mem: float, cpu: float, expected: set[str]
 ) -> None:
     assert reclaim_rules(series, ref, mem, cpu) == expected, case
+
+
+@pytest.mark.parametrize(
+    ("case", "requests", "expected"),
+    [
+        ("no request metric: the GPU's own evidence decides", None, {"quiet-service"}),
+        ("the counter stands still: nobody asks", 0.0, {"quiet-service"}),
+        ("requests still answered from a warm cache", 0.2, set()),
+    ],
+)
+def test_a_service_that_still_answers_requests_is_not_quiet(
+    case: str, requests: float | None, expected: set[str]
+) -> None:
+    # Four hours at exactly 0 % on the GPU: quiet by every GPU measure.
+    store = WindowStore(window_s=4 * 3600, interval_s=60)
+    for k in range(240):
+        t = NOW - timedelta(minutes=239 - k)
+        sample = Sample("g", t, gpu_util_pct=0.0, mem_used_mib=30000.0, requests_per_s=requests)
+        store.ingest(t, [sample], {"g": "w"})
+    inp = AnalysisInput(
+        view=store.view(NOW),
+        gpus={"g": Gpu("g", "n1", 0, "A100", 81920.0, price_per_hour=2.0)},
+        workloads=[workload(SERVICE, "llm")],
+        now=NOW,
+    )
+    found = {f.rule for f in analyse(RULES, inp).findings if f.action.value == "reclaim"}
+    assert found == expected, case

@@ -44,6 +44,7 @@ def build_source(cfg: PrometheusSourceSettings, ctx: BuildContext) -> Prometheus
         selector=cfg.selector,
         exporter_pod_regex=cfg.exporter_pod_regex or None,
         default_class=cfg.default_class,
+        request_metrics=cfg.request_metrics,
     )
 
 

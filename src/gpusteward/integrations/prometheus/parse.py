@@ -82,6 +82,15 @@ DEFAULT_SPECS: Mapping[str, MetricSpec] = MappingProxyType(
 )
 
 
+#: Request counters of inference servers, per pod: their rate is a service's traffic. vLLM
+#: (finished requests), Triton (successful inferences), Knative's queue-proxy (KServe too).
+REQUEST_COUNTERS: tuple[str, ...] = (
+    "vllm:request_success_total",
+    "nv_inference_request_success",
+    "revision_request_count",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class LabelMap:
     """Label names to try, in order, for each role. The first non-empty one wins.

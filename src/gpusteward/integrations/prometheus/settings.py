@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from gpusteward.integrations.prometheus.parse import FIELDS, LabelMap
+from gpusteward.integrations.prometheus.parse import FIELDS, REQUEST_COUNTERS, LabelMap
 
 
 class MetricOverride(BaseModel):
@@ -65,6 +65,13 @@ class PrometheusSourceSettings(BaseModel):
     )
     metrics: dict[str, MetricOverride] = Field(
         default_factory=dict, description="Extra exporter metrics, or new units for known ones."
+    )
+    request_metrics: list[str] = Field(
+        default_factory=lambda: list(REQUEST_COUNTERS),
+        max_length=50,
+        description="Request counters of inference servers, per pod (vLLM, Triton, Knative/KServe): "
+        "their rate becomes the holder's requests_per_s, evidence that a service still serves. "
+        "Empty: not read.",
     )
     default_class: Literal["unknown", "batch", "service", "interactive"] = Field(
         "unknown",

@@ -17,19 +17,22 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpusteward.domain.errors import SourceError
-from gpusteward.domain.models import Gpu, Observation, Workload, utc
+from gpusteward.domain.models import Gpu, Observation, Sample, Workload, utc
 from gpusteward.integrations.prometheus.assemble import Assembler, Slot, build_workloads
 from gpusteward.integrations.prometheus.client import PrometheusClient, QueryResult, TooManySamples
 from gpusteward.integrations.prometheus.parse import (
     DEFAULT_SPECS,
+    REQUEST_COUNTERS,
     Holder,
     LabelMap,
     MetricSpec,
+    clean_value,
+    identify_holder,
 )
 from gpusteward.integrations.prometheus.query import RawSeries, names_regex, shard_patterns
 
@@ -78,6 +81,7 @@ class PrometheusSource:
         selector: str = "",
         exporter_pod_regex: str | None = "(nvidia-)?dcgm-exporter.*",
         default_class: str = "unknown",
+        request_metrics: Sequence[str] = REQUEST_COUNTERS,
     ) -> None:
         self.client = client
         self.interval_s = float(interval_s)
@@ -89,6 +93,7 @@ class PrometheusSource:
         self.step_s = step_s
         self.selector = selector.strip().strip(",")
         self.default_class = default_class
+        self.request_metrics = tuple(request_metrics)
         self.ignore_pods = re.compile(exporter_pod_regex) if exporter_pod_regex else None
         self._names = names_regex(self.specs)
         self._cursor: datetime | None = None
@@ -236,13 +241,45 @@ class PrometheusSource:
             self._cursor = now
             self._series = asm.series
         errors = got.errors + [f"prometheus warning: {w}" for w in got.warnings]
+        samples = [s for slot in slots for s in slot.samples]
+        if self.request_metrics:
+            samples = self._with_requests(samples, now, errors)
         return Observation(
             at=now,
             gpus=tuple(self._gpus.values()),
-            samples=tuple(s for slot in slots for s in slot.samples),
+            samples=tuple(samples),
             workloads=self._workloads(changed),
             errors=tuple(errors),
         )
+
+    def _with_requests(self, samples: list[Sample], now: datetime, errors: list[str]) -> list[Sample]:
+        """Each GPU's newest sample of this tick with its holder's request rate (summed over the
+        holder's request counters), where the holder serves any. Pods without such a counter
+        keep ``requests_per_s`` missing: no request metric is not zero requests."""
+        window = _ms(max(4 * SCRAPE_GUESS_S, 2 * self.interval_s))
+        names = f"__name__=~{_q(names_regex(self.request_metrics))}"
+        try:
+            res = self.client.query(f"rate({{{self._matchers(names)}}}[{window}])", now)
+        except SourceError as e:
+            errors.append(f"request metrics: {e}")
+            return samples
+        rates: dict[str, float] = {}
+        for series in res.series:
+            holder = identify_holder(series.labels, self.labels, self.ignore_pods)
+            value = clean_value(series.points[-1][1], 1.0) if series.points else None
+            if holder is not None and value is not None:
+                rates[holder.id] = rates.get(holder.id, 0.0) + value
+        if not rates:
+            return samples
+        newest: dict[str, int] = {}
+        for i, s in enumerate(samples):
+            if s.gpu_uuid not in newest or s.at >= samples[newest[s.gpu_uuid]].at:
+                newest[s.gpu_uuid] = i
+        for uuid, i in newest.items():
+            holder = self._holders.get(uuid)
+            if holder is not None and holder.id in rates:
+                samples[i] = replace(samples[i], requests_per_s=rates[holder.id])
+        return samples
 
     def history(self, start: datetime, end: datetime, step_s: float) -> list[Observation]:
         """The window before ``end``, one observation per slot. Never raises: a failed
