@@ -33,10 +33,9 @@ def own_namespace(configured: str = "", sa_file: Path = SA_NAMESPACE) -> str:
 def api_client(cfg: KubernetesSourceSettings) -> Any:
     """A ``kubernetes.client.ApiClient`` as ``cfg.config`` says (``auto``: in-cluster inside a pod)."""
     try:
-        from kubernetes.config.config_exception import ConfigException
-
         from kubernetes import client
         from kubernetes import config as kconfig
+        from kubernetes.config.config_exception import ConfigException
     except ImportError as e:
         raise SourceUnavailable(
             "the kubernetes source needs the official client: pip install 'gpusteward[k8s]'"

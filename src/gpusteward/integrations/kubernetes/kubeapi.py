@@ -292,9 +292,8 @@ class KubeApi:
         Ends when the server closes the stream (after ``timeout_s``). A 410 Gone, or any
         error the server sends, raises ``WatchExpired`` / ``SourceError``; the caller re-lists.
         """
-        from kubernetes.client.exceptions import ApiException
-
         from kubernetes import watch as kwatch
+        from kubernetes.client.exceptions import ApiException
 
         watch_cls: Any = kwatch.Watch  # the client's watch is untyped
         w = watch_cls()
