@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
@@ -34,9 +34,7 @@ from gpusteward.store.dbschema import (
     workloads_t,
 )
 from gpusteward.store.rows import chunks
-
-if TYPE_CHECKING:
-    from gpusteward.store.db import StateStore
+from gpusteward.store.sql_parts import SqlParts
 
 # The amounts and marks are declared in domain.records (the ledger port uses them); kept
 # importable from here for the readers of the ledger.
@@ -85,7 +83,7 @@ class StopRow:
 class LedgerStore:
     """The ledger tables of a ``StateStore``'s database (its schema creates them)."""
 
-    def __init__(self, state: StateStore) -> None:
+    def __init__(self, state: SqlParts) -> None:
         self.state = state
 
     # -- writing ------------------------------------------------------------------------------
