@@ -18,6 +18,7 @@ from gpusteward.integrations.sim import DEFAULT_START, SimCluster, SimSource
 from gpusteward.integrations.sim.behaviours import Behaviour
 from gpusteward.integrations.sim.scenarios import Row, Scenario
 from gpusteward.policy.consolidation import ConsolidationSettings, Move, plan_moves
+from gpusteward.runtime.consolidation_doc import PLAN_KEY, read_plan
 from gpusteward.runtime.owner_controls import decide_approval
 
 #: Six light, bursty services (one GPU each, ~10-min bursts an hour) on 4 nodes x 2 GPUs.
@@ -110,6 +111,9 @@ def test_a_move_waits_for_an_admin_then_runs_once_and_the_next_waits_for_the_wat
     plan = steward.consolidation.last
     assert plan is not None
     assert plan.gpus_after < plan.gpus_before, "light services share GPUs"
+    stored = read_plan(store.load_doc(PLAN_KEY))
+    assert stored is not None, "the leader stores the plan for the weekly report"
+    assert (stored.gpus_before, stored.gpus_after) == (plan.gpus_before, plan.gpus_after)
     assert first
     assert all(d.step == "share-gpu" and d.level is Level.INFRA for d in first)
     assert {d.hold for d in first} == {Hold.AWAITING_APPROVAL}, "L4 waits for an admin by default"

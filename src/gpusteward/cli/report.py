@@ -47,8 +47,9 @@ def report(
     json_out: Annotated[bool, typer.Option("--json", help="Print the files written as JSON.")] = False,
 ) -> None:
     """Write an HTML waste report: money wasted and saved per day, top wasters, waste by kind,
-    GPU efficiency, actions, and right-size advice per owner, with inline SVG charts; one page
-    for the cluster and one per team. (No PDF: print the page from a browser if you need one.)"""
+    GPU efficiency, actions, right-size advice per owner and the consolidation plan in force, with
+    inline SVG charts; one page for the cluster and one per team. (No PDF: print the page from a
+    browser if you need one.)"""
     with exit_on_errors():
         if period not in get_args(Period):
             fail(f"--period must be one of {', '.join(get_args(Period))}, not {period!r}")
@@ -69,6 +70,7 @@ def report(
                 end=None if last is None else last + timedelta(days=1),
                 currency=settings.cost.currency,
                 rate=settings.cost.rate,
+                consolidation=settings.consolidation,
             )
         finally:
             store.close()

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
+from gpusteward.report.consolidation import ConsolidationSection
 from gpusteward.report.insight_rows import InsightRow
 from gpusteward.store.ledger import DailyRow, LedgerStore, StopRow, UsageRow
 
@@ -83,6 +84,8 @@ class ReportData:
     #: Right-sizing and anomaly findings of the period (runtime/report/insights.py).
     insights: list[InsightRow] = field(default_factory=list)
     teams: list[str] = field(default_factory=list)
+    #: The consolidation plan in force (report/consolidation.py); None: no section.
+    consolidation: ConsolidationSection | None = None
 
     @property
     def efficiency_pct(self) -> float | None:

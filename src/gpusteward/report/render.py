@@ -16,7 +16,9 @@ import jinja2
 from markupsafe import Markup
 
 from gpusteward.domain.errors import ConfigError
+from gpusteward.policy.consolidation import ConsolidationSettings
 from gpusteward.report.charts import bar_chart, fmt, hbar_chart
+from gpusteward.report.consolidation import gather_consolidation
 from gpusteward.report.figures import BUCKETS, ReportData, gather
 from gpusteward.report.insight_rows import gather_insights
 from gpusteward.store.db import StateStore
@@ -48,7 +50,9 @@ def _svg(markup: str) -> Markup:
 def charts(data: ReportData) -> dict[str, Markup]:
     """The report's charts as inline SVG."""
     c = data.currency
+    plan = data.consolidation.chart() if data.consolidation is not None else ""
     return {
+        "consolidation": _svg(plan),
         "daily": _svg(
             bar_chart(
                 [d[5:] for d in data.days],
@@ -124,13 +128,22 @@ def period_bounds(ledger: LedgerStore, period: Period, end: date | None) -> tupl
 
 
 def write_reports(
-    store: StateStore, out: Path, *, period: Period, end: date | None, currency: str, rate: str
+    store: StateStore,
+    out: Path,
+    *,
+    period: Period,
+    end: date | None,
+    currency: str,
+    rate: str,
+    consolidation: ConsolidationSettings | None = None,
 ) -> list[Written]:
-    """``index.html`` for the cluster and ``team-<name>.html`` per team, into ``out``."""
+    """``index.html`` for the cluster and ``team-<name>.html`` per team, into ``out``;
+    ``consolidation``: the section's settings (None: the section says consolidation is off)."""
     ledger = LedgerStore(store)
     start, stop = period_bounds(ledger, period, end)
     cluster = gather(ledger, start, stop, currency=currency, rate=rate)
     cluster.insights = gather_insights(store, start, stop)
+    cluster.consolidation = gather_consolidation(store, consolidation)
     ensure_folder(out)
     links = team_files(cluster.teams)
     # Team pages first, the index last: the index never links to a page that failed to write.
@@ -138,6 +151,7 @@ def write_reports(
     for team, name in links.items():
         data = gather(ledger, start, stop, team=team, currency=currency, rate=rate)
         data.insights = gather_insights(store, start, stop, team=team)
+        data.consolidation = gather_consolidation(store, consolidation, team=team)
         write_text(out / name, render(data))
         written.append(Written(team, out / name))
     write_text(out / "index.html", render(cluster, links=links))

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpusteward.analysis.consolidation import Item, PackSettings, Plan, plan_time_aware, to_grid
-from gpusteward.domain.errors import ConfigError
+from gpusteward.analysis.cost import PriceTable
+from gpusteward.domain.errors import ConfigError, StoreError
 from gpusteward.domain.models import (
     PROTECT_KEY,
     ActionStatus,
@@ -37,7 +38,9 @@ from gpusteward.domain.models import (
     WorkloadKind,
     utc,
 )
+from gpusteward.domain.store_ports import Docs
 from gpusteward.policy.consolidation import SHARE, UNSHARE, ConsolidationSettings, Move, plan_moves
+from gpusteward.runtime.consolidation_doc import PLAN_KEY, plan_document
 from gpusteward.runtime.runner import ActionResult
 from gpusteward.store.window import WindowView
 
@@ -74,6 +77,9 @@ class ConsolidationStep:
     _moves: dict[str, Move] = field(default_factory=dict)
     _watched: dict[str, tuple[int, int]] = field(default_factory=dict)
     _planned_at: datetime | None = None
+    #: What ``record`` last looked at (plan time, moves) and the content it last wrote.
+    _recorded: tuple[datetime | None, tuple[str, ...]] | None = None
+    _written: dict[str, Any] | None = None
     last: Plan | None = None
 
     # -- analyse (every replica) -----------------------------------------------------------------
@@ -193,6 +199,31 @@ class ConsolidationStep:
             elif d.step == UNSHARE.name:
                 self._moves.pop(d.workload_id, None)
                 self._watched.pop(d.workload_id, None)
+
+    def record(self, now: datetime, store: Docs, prices: PriceTable) -> None:
+        """The leader's record phase: the plan in force as a document, written when it changed."""
+        if self.last is None or self._planned_at is None:
+            return
+        seen = (self._planned_at, tuple(sorted(self._moves)))
+        if seen == self._recorded:
+            return  # neither a new plan nor a new move since the last look
+        doc = plan_document(
+            self.last,
+            self._items,
+            self._moves,
+            prices,
+            resource=self.settings.resource,
+            planned_at=self._planned_at,
+        )
+        content = {k: v for k, v in doc.items() if k != "planned_at"}
+        if content != self._written:
+            try:
+                store.save_doc(PLAN_KEY, doc, at=now)
+            except StoreError:  # after the actions: the next tick tries again
+                log.exception("consolidation plan not stored; tried again next tick")
+                return
+            self._written = content
+        self._recorded = seen
 
     def summary(self) -> dict[str, Any] | None:
         """The last plan for the web and the report: GPUs now and after, by team; who moved."""

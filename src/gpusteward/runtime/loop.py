@@ -312,6 +312,7 @@ class Steward:
             self.insights.record(now)
         if self.consolidation is not None:
             self.consolidation.settle(now, actions)
+            self.consolidation.record(now, self.store, self.prices)
         if self.gaps is not None:
             self.gaps.save_due(now, list(self.workloads))
         flush = getattr(self.runner.notifier, "flush", None)

@@ -8,21 +8,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from gpusteward.report.charts import bar_chart
+from gpusteward.report.consolidation import team_chart
 from gpusteward.web.pages.base import ctx_of, render, svg, who
 
 router = APIRouter(include_in_schema=False)
-
-
-def team_chart(by_team: dict[str, dict[str, int]], before: int, after: int) -> str:
-    """GPUs now and after the plan, by team (the web page and the weekly report)."""
-    teams = list(by_team)
-    return bar_chart(
-        teams,
-        {"now": [by_team[t]["now"] for t in teams], "after": [by_team[t]["after"] for t in teams]},
-        title=f"GPUs now and after consolidation ({before} → {after})",
-        unit="GPUs",
-    )
 
 
 def plan_values(request: Request) -> dict[str, Any]:
