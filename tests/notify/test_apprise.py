@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import re
 import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -288,3 +289,24 @@ def test_channel_of_url_schemes() -> None:
     assert channel_of("SLACK://a/b/c") == "slack"
     assert channel_of("lark://token") == "text"
     assert channel_of("ntfy://topic") == "md"
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+@pytest.mark.parametrize("channel", sorted(set(CHANNELS.values()) | {"md"}))
+def test_a_stop_notice_carries_a_signed_appeal_link_and_a_warning_does_not(
+    store: StateStore, channel: str, language: str
+) -> None:
+    notifier = _notifier(store)
+    stop = notifier.context(_notice(ALICE, level=Level.GRACEFUL_STOP))
+    body = Templates().render("owner", channel, language, stop).body
+    url = stop["appeal_url"]
+    assert url
+    assert url in body.replace("&amp;", "&")
+    claims = verify(KEY, "link", urlsplit(url).path.rsplit("/", 1)[1], now=T)
+    assert (claims["do"], claims["workload"], claims["to"]) == ("appeal", "job/42", "alice")
+    warn = notifier.context(_notice(ALICE))
+    assert warn["appeal_url"] == ""
+    warned = Templates().render("owner", channel, language, warn).body
+    tokens = re.findall(r"/l/([\w-]+\.[\w-]+)", warned)
+    assert tokens  # the snooze link
+    assert all(verify(KEY, "link", t, now=T)["do"] != "appeal" for t in tokens)

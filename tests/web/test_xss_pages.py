@@ -43,6 +43,7 @@ PAGE_ROUTES = {
     "/rules/{name}/edit",
     "/settings",
     "/consolidation",
+    "/rollout",
     "/l/{token}",
 }
 ESCAPED = "&lt;script&gt;window.__xss"
@@ -75,6 +76,8 @@ def _pages(s: Seeded) -> list[str]:
         f"/rules/{PAYLOAD_RULE}/edit",
         "/settings",
         "/consolidation",
+        "/rollout",
+        "/rollout?status=&scope=" + quote(xss("scope-filter"), safe=""),
         s.link,
     ]
 
@@ -120,7 +123,7 @@ def test_closed_parameters_refuse_payloads_as_text(demo: Demo, seeded: Seeded, x
             assert not unescaped(resp.text), (url, unescaped(resp.text))
             if resp.status_code == 422:
                 refused.add(page.split("?")[0])
-    assert refused == {"/findings", "/actions", "/approvals"}
+    assert refused == {"/findings", "/actions", "/approvals", "/rollout"}
 
 
 def test_the_anonymous_login_page_reflects_nothing(xclient: TestClient) -> None:

@@ -27,6 +27,8 @@ from gpusteward.domain.models import (
     WorkloadKind,
 )
 from gpusteward.notify.links import LinkSigner
+from gpusteward.policy.rollout import StopRecord
+from gpusteward.runtime.rollout import RolloutBook
 from gpusteward.store.access import AccessStore
 from gpusteward.web.app import create_web_app, signing_key
 from gpusteward.web.live import Attached
@@ -163,6 +165,15 @@ def seed(demo: Demo) -> Seeded:
     store.audit(xss("event"), now, wid, note=xss("audit"))
     store.set_paused(True, by=xss("pauser"), reason=xss("pause"), at=now)
     AccessStore(store).create_token(xss("token"), "viewer", at=now)
+    # A suspected false kill whose workload, scope, rule, class and why carry payloads, and an
+    # appeal (the Roll-out page lists the one; the audit log shows the other).
+    book = RolloutBook(store, demo.settings.policy)
+    watch = book.watch()
+    stop = StopRecord(wid, now, xss("sig"), xss("scope"), xss("fkrule"), xss("cls"), xss("user"))
+    watch.stops.append(stop)
+    watch.suspect(stop, xss("why"), now)
+    book.save_watch(watch, now)
+    book.appeal(wid, by=xss("appealer"), reason=xss("appeal"), now=now)
     links = LinkSigner(signing_key(demo.settings, AccessStore(store)), "")
     link = links.snooze_url(wid, hours=1, to=xss("to"), now=now)
     return Seeded(wid=wid, link=link, missing="missing/" + xss("missing"))

@@ -35,19 +35,7 @@ out = output.console()
 
 
 def _row(s: ScopeStatus) -> dict[str, Any]:
-    return {
-        "scope": s.name,
-        "stage": s.stage.value,
-        "since": s.since.isoformat() if s.since else None,
-        "days": round(s.readiness.days, 2),
-        "findings": s.findings,
-        "enforce_would_have": dict(s.would),
-        "false_kills": s.false_kills,
-        "appeals": s.appeals,
-        "ready_to_promote": s.readiness.ready,
-        "criteria": s.readiness.why,
-        "slowdown": s.slowed,
-    }
+    return s.row()
 
 
 @rollout_app.command("status")

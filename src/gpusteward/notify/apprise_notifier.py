@@ -222,6 +222,7 @@ class AppriseNotifier:
             "next_step": "",
             "next_at": None,
             "snooze_url": "",
+            "appeal_url": "",
             "snooze_hours": min(24.0, self.policy.snooze.max_hours),
             "approval": None,
             "approve_url": "",
@@ -243,6 +244,8 @@ class AppriseNotifier:
         if self.links is not None and notice.owner is not None:
             hours = ctx["snooze_hours"]
             ctx["snooze_url"] = self.links.snooze_url(notice.workload_id, hours=hours, to=to, now=notice.at)
+            if ctx["stopping"] and not ctx["dry_run"]:  # only a real stop can be a false kill
+                ctx["appeal_url"] = self.links.appeal_url(notice.workload_id, to=to, now=notice.at)
         if notice.owner is None and notice.dedup_key:
             pending = [
                 a

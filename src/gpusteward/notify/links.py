@@ -1,4 +1,4 @@
-"""Signed tokens: one-click approve / snooze links in notices, and the web app's session cookie.
+"""Signed tokens: one-click approve / snooze / appeal links in notices, and the web app's session cookie.
 
 A token is ``base64url(JSON claims) "." base64url(HMAC-SHA256(key, purpose "." claims))``. The
 claims carry an expiry (``exp``, epoch seconds) and a random nonce (``n``) that the web app
@@ -84,3 +84,7 @@ class LinkSigner:
 
     def snooze_url(self, workload_id: str, *, hours: float, to: str, now: datetime) -> str:
         return self._url({"do": "snooze", "workload": workload_id, "hours": hours, "to": to}, now)
+
+    def appeal_url(self, workload_id: str, *, to: str, now: datetime) -> str:
+        """The owner says a stop was wrong: recorded like ``gpusteward rollout appeal``."""
+        return self._url({"do": "appeal", "workload": workload_id, "to": to}, now)

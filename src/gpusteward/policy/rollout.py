@@ -161,6 +161,22 @@ def slowed(fks: Sequence[FalseKill], factor: float) -> dict[str, float]:
     return {fk.scope: factor for fk in fks if fk.status == SUSPECTED}
 
 
+def safety_figures(fks: Sequence[FalseKill], reclaim: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+    """The overview's two live figures. The false-kill ratio is suspected or confirmed false kills
+    (dismissed ones are not) over L2+ attempts; reclaim success is attempts that freed their GPUs
+    over attempts. None while nothing was attempted: no stop is not 0 %."""
+    attempted = sum(int(v[0]) for v in reclaim.values())
+    freed = sum(int(v[1]) for v in reclaim.values())
+    counted = sum(1 for f in fks if f.status != DISMISSED)
+    return {
+        "attempted": attempted,
+        "freed": freed,
+        "false_kills": counted,
+        "false_kill_ratio": counted / attempted if attempted else None,
+        "reclaim_success_ratio": freed / attempted if attempted else None,
+    }
+
+
 def current_stages(
     config: Mapping[str, Stage], history: Sequence[StageEntry]
 ) -> dict[str, tuple[Stage, datetime | None]]:

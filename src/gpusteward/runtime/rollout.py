@@ -41,6 +41,22 @@ class ScopeStatus:
     readiness: Readiness
     slowed: float
 
+    def row(self) -> dict[str, Any]:
+        """As ``rollout status --json`` and ``/api/v1/rollout`` show it."""
+        return {
+            "scope": self.name,
+            "stage": self.stage.value,
+            "since": self.since.isoformat() if self.since else None,
+            "days": round(self.readiness.days, 2),
+            "findings": self.findings,
+            "enforce_would_have": dict(self.would),
+            "false_kills": self.false_kills,
+            "appeals": self.appeals,
+            "ready_to_promote": self.readiness.ready,
+            "criteria": self.readiness.why,
+            "slowdown": self.slowed,
+        }
+
 
 class RolloutBook:
     def __init__(self, store: Docs, policy: PolicySettings) -> None:

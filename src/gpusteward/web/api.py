@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from gpusteward.domain.errors import ControlError, RuleError
 from gpusteward.store.access import Role
-from gpusteward.web import data, overview_data, rule_data
+from gpusteward.web import data, overview_data, rollout_data, rule_data
 from gpusteward.web.auth import Principal
 from gpusteward.web.context import WebContext
 from gpusteward.web.filters import (
@@ -121,7 +121,13 @@ def overview(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     cost = ctx.settings.cost
     value = overview_data.overview(
-        ctx.store, ctx.steward(), ctx.now(), currency=cost.currency, rate=cost.rate, dry_run=ctx.dry_run
+        ctx.store,
+        ctx.steward(),
+        ctx.now(),
+        currency=cost.currency,
+        rate=cost.rate,
+        dry_run=ctx.dry_run,
+        policy=ctx.settings.policy,
     )
     return _json(value)
 
@@ -236,7 +242,7 @@ def rules_preview(request: Request, body: RuleText) -> JSONResponse:
     )
 
 
-@router.get("/settings", summary="Mode, pause state and what the caller may do")
+@router.get("/settings", summary="Mode, pause state, roll-out scopes and what the caller may do")
 def settings(request: Request) -> JSONResponse:
     who = caller(request)
     ctx = ctx_of(request)
@@ -251,6 +257,7 @@ def settings(request: Request) -> JSONResponse:
             "source": ctx.settings.source.name,
             "tick_seconds": ctx.settings.tick_seconds,
             "role": who.role.value,
+            "scopes": rollout_data.scopes(ctx.store, ctx.settings.policy),
         }
     )
 

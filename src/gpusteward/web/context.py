@@ -1,5 +1,6 @@
 """What every route needs, built once by the app factory: store, settings, rules, auth, clock,
-live data, and the owner controls (approve, reject, snooze) with their error mapping."""
+live data, and the owner controls (approve, reject, snooze, appeal) and the roll-out's admin
+controls (promote, settle a false kill) with their error mapping."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from gpusteward.domain.errors import ControlError
 from gpusteward.domain.models import Gpu
 from gpusteward.domain.ports import Clock
 from gpusteward.notify.links import LinkSigner
+from gpusteward.policy.rollout import FalseKill
 from gpusteward.runtime import owner_controls as controls
 from gpusteward.runtime.config import Settings
 from gpusteward.runtime.loop import Steward
+from gpusteward.runtime.rollout import RolloutBook, ScopeStatus
 from gpusteward.store.access import AccessStore
 from gpusteward.store.controls import ApprovalRecord, SnoozeRecord
 from gpusteward.store.db import StateStore
@@ -73,3 +76,20 @@ class WebContext:
 
     def set_paused(self, paused: bool, *, by: str, reason: str) -> None:
         self.store.set_paused(paused, by=by, reason=reason, at=self.now())
+
+    # -- the roll-out: runtime.rollout.RolloutBook, as the CLI uses it (audited there) ----------
+    def rollout(self) -> RolloutBook:
+        return RolloutBook(self.store, self.settings.policy)
+
+    def promote(self, scope: str, *, by: str, force: bool, reason: str) -> ScopeStatus:
+        if force and not reason.strip():
+            raise ControlError("promoting without the criteria needs a reason")
+        return self.rollout().promote(scope, self.now(), by=by, force=force, reason=reason)
+
+    def settle_false_kill(self, fk_id: int, *, confirm: bool, by: str, reason: str) -> FalseKill:
+        if not confirm and not reason.strip():
+            raise ControlError("dismissing a false kill needs a reason")
+        return self.rollout().verdict(fk_id, confirm=confirm, by=by, reason=reason, now=self.now())
+
+    def appeal(self, workload_id: str, *, by: str, reason: str) -> None:
+        self.rollout().appeal(workload_id, by=by, reason=reason, now=self.now())

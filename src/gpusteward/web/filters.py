@@ -1,4 +1,5 @@
-"""The query parameters of each listing (findings, actions, audit, approvals), parsed once.
+"""The query parameters of each listing (findings, actions, audit, approvals, false kills), parsed
+once.
 
 The JSON API and the pages take the same dependency, so a filter's type, bound and default is
 written in one place. Every number is bounded to what a 64-bit column can hold (a larger one
@@ -151,3 +152,34 @@ def approval_query(
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
 ) -> ApprovalQuery:
     return ApprovalQuery(status, limit)
+
+
+class FalseKillStatus(StrEnum):
+    SUSPECTED = "suspected"
+    CONFIRMED = "confirmed"
+    DISMISSED = "dismissed"
+
+
+FalseKillState = Annotated[FalseKillStatus | None, BeforeValidator(_blank_is_none), Query()]
+FalseKillId = Annotated[int, Path(ge=1, le=MAX_ID, description="The suspected false kill's id.")]
+ScopeName = Annotated[
+    str, Path(max_length=63, pattern=r"^[a-z0-9][a-z0-9._-]*$", description="A roll-out scope's name.")
+]
+
+
+@dataclass(frozen=True)
+class FalseKillQuery:
+    status: str
+    scope: str
+    limit: int
+
+    def filters(self) -> dict[str, str]:
+        return {"status": self.status, "scope": self.scope}
+
+
+def false_kill_query(
+    status: FalseKillState = None,
+    scope: Text = "",
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+) -> FalseKillQuery:
+    return FalseKillQuery(_value(status), scope, limit)

@@ -1,5 +1,6 @@
 """The overview's figures as plain data: cluster utilisation over the live window, idle GPUs and
-what they cost, waste and savings per day, efficiency, and the last day's actions."""
+what they cost, waste and savings per day, efficiency, the last day's actions, and the live
+false-kill ratio and reclaim success rate."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from gpusteward.domain.models import ApprovalStatus, Metric, RuleAction
+from gpusteward.policy.settings import PolicySettings
 from gpusteward.report import gather
 from gpusteward.runtime.loop import Steward
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import LedgerStore
+from gpusteward.web import rollout_data
 from gpusteward.web.data import gpu_name
 
 #: An open finding counts as "now" if the loop refreshed it this recently.
@@ -133,9 +136,17 @@ def actions_last_day(
 
 
 def overview(
-    store: StateStore, steward: Steward | None, now: datetime, *, currency: str, rate: str, dry_run: bool
+    store: StateStore,
+    steward: Steward | None,
+    now: datetime,
+    *,
+    currency: str,
+    rate: str,
+    dry_run: bool,
+    policy: PolicySettings,
 ) -> dict[str, Any]:
     idle, waste_per_hour = idle_now(store, now)
+    safety = rollout_data.figures(store, policy)
     m = money(store, now, currency=currency, rate=rate)
     labels, util = utilisation_series(steward, now)
     hours, per_level, by_status = actions_last_day(store, now)
@@ -163,4 +174,6 @@ def overview(
         "actions_24h_by_hour": {"hours": hours, "levels": per_level},
         "open_findings": len(store.open_findings()),
         "pending_approvals": len(store.approvals(ApprovalStatus.PENDING)),
+        # The live safety figures (policy.rollout.safety_figures): ratios, None before any stop.
+        "safety": safety,
     }

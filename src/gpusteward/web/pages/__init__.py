@@ -10,10 +10,18 @@ from __future__ import annotations
 
 from gpusteward.report.charts import bar_chart, hbar_chart
 from gpusteward.report.line_chart import line_chart
-from gpusteward.web.pages import browse, consolidation, controls, links, login, rules
+from gpusteward.web.pages import browse, consolidation, controls, links, login, rollout, rules
 from gpusteward.web.pages.base import message, render
 
 #: In the order they are included; no two share a path and method.
-ROUTERS = (login.router, browse.router, controls.router, rules.router, consolidation.router, links.router)
+ROUTERS = (
+    login.router,
+    browse.router,
+    controls.router,
+    rules.router,
+    consolidation.router,
+    rollout.router,
+    links.router,
+)
 
 __all__ = ["ROUTERS", "bar_chart", "hbar_chart", "line_chart", "message", "render"]

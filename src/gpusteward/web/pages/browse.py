@@ -29,7 +29,13 @@ router = APIRouter(include_in_schema=False)
 def _overview_values(ctx: WebContext) -> dict[str, Any]:
     cost = ctx.settings.cost
     ov = overview_data.overview(
-        ctx.store, ctx.steward(), ctx.now(), currency=cost.currency, rate=cost.rate, dry_run=ctx.dry_run
+        ctx.store,
+        ctx.steward(),
+        ctx.now(),
+        currency=cost.currency,
+        rate=cost.rate,
+        dry_run=ctx.dry_run,
+        policy=ctx.settings.policy,
     )
     util = ov["utilisation"]
     eff = ov["efficiency_per_day"]
@@ -128,6 +134,7 @@ def workload(request: Request, workload_id: str, note: str = "") -> Response:
         charts=charts,
         note=note,
         max_snooze=ctx.settings.policy.snooze.max_hours,
+        appeal_hours=ctx.settings.policy.rollout.false_kill_horizon_hours,
         wid_q=quote(workload_id, safe="/:"),
     )
 

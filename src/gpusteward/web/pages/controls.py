@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from gpusteward.domain.errors import ControlError
 from gpusteward.domain.models import ApprovalStatus
 from gpusteward.store.access import Role
-from gpusteward.web import data
+from gpusteward.web import data, rollout_data
 from gpusteward.web.auth import read_form
 from gpusteward.web.filters import ApprovalId, ApprovalQuery, approval_query
 from gpusteward.web.pages.base import back, ctx_of, form_bool, message, render, safe_next, who
@@ -63,7 +63,13 @@ def settings(request: Request, note: str = "") -> Response:
     ctx = ctx_of(request)
     tokens = ctx.access.tokens() if caller.can(Role.ADMIN) else []
     return render(
-        request, caller, "settings.html.j2", note=note, tokens=tokens, source=ctx.settings.source.name
+        request,
+        caller,
+        "settings.html.j2",
+        note=note,
+        tokens=tokens,
+        source=ctx.settings.source.name,
+        scopes=rollout_data.scopes(ctx.store, ctx.settings.policy),
     )
 
 

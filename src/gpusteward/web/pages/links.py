@@ -28,6 +28,8 @@ def _describe(claims: dict[str, Any]) -> str:
         return f"{do} approval request {claims.get('approval')}"
     if do == "snooze":
         return f"snooze {claims.get('workload')} for {claims.get('hours')} h"
+    if do == "appeal":
+        return f"appeal the stop of {claims.get('workload')} (it was doing useful work)"
     return "nothing (unknown link)"
 
 
@@ -58,7 +60,7 @@ async def link_use(request: Request, token: str) -> Response:
         claims = _link_claims(request, token)
     except LinkError as e:
         return message(request, None, 403, "Link refused", str(e))
-    if claims.get("do") not in ("approve", "reject", "snooze"):
+    if claims.get("do") not in ("approve", "reject", "snooze", "appeal"):
         return message(request, None, 400, "Link refused", "unknown link")
     if not ctx.access.use_link(str(claims["n"]), str(claims["do"]), at=ctx.now()):
         return message(request, None, 409, "Link refused", "this link was used already")
@@ -67,6 +69,8 @@ async def link_use(request: Request, token: str) -> Response:
     try:
         if claims["do"] == "snooze":
             ctx.snooze(str(claims["workload"]), hours=float(claims["hours"]), by=by, reason=reason)
+        elif claims["do"] == "appeal":
+            ctx.appeal(str(claims["workload"]), by=by, reason=reason)
         else:
             ctx.decide(int(claims["approval"]), approve=claims["do"] == "approve", by=by, reason=reason)
     except ControlError as e:
