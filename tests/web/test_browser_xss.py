@@ -139,6 +139,7 @@ def test_reflected_and_stored_payloads_never_run(demo: Demo, seeded: Seeded, sit
         "/rules",
         f"/rules/{PAYLOAD_RULE}/edit",
         "/settings",
+        "/rollout",
         seeded.link,
     ]
     shown = 0
