@@ -3,8 +3,9 @@ the ledger's, for the cluster and for each team."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -12,9 +13,12 @@ import pytest
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.integrations.replay import load_trace
-from gpusteward.report import ReportData, gather, period_bounds, render, write_reports
+from gpusteward.policy import rollout as ro
+from gpusteward.policy.settings import PolicySettings
+from gpusteward.report import ReportData, Written, gather, period_bounds, render, write_reports
 from gpusteward.report.figures import Advice
 from gpusteward.runtime.config import load_settings
+from gpusteward.runtime.rollout import RolloutBook
 from gpusteward.scenarios.backtest import run_backtest
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import DailyAmounts, DailyKey, LedgerStore
@@ -161,3 +165,36 @@ def test_period_bounds(state: StateStore) -> None:
     assert period_bounds(ledger, "month", date(2025, 3, 5))[0] == date(2025, 3, 5) - timedelta(days=30)
     with pytest.raises(ConfigError, match="period must be one of"):
         period_bounds(ledger, "year", None)  # type: ignore[arg-type]
+
+
+def test_the_safety_figures_are_in_the_cluster_report(tmp_path: Path) -> None:
+    state = StateStore(f"sqlite:///{tmp_path / 's.db'}")
+    state.create_schema()
+    LedgerStore(state).add({DailyKey("2025-03-04", "USD", "bob", "nlp", "idle"): DailyAmounts(1.0, 3.0)}, {})
+    policy = PolicySettings()
+
+    def report(out: Path) -> list[Written]:
+        return write_reports(
+            state, out, period="week", end=None, currency="USD", rate="on-demand", policy=policy
+        )
+
+    out = tmp_path / "none"
+    report(out)
+    assert "No stop attempted yet" in (out / "index.html").read_text()
+    # 4 stops attempted, 3 freed their GPUs; one of the stops was resubmitted by its owner.
+    book = RolloutBook(state, policy)
+    watch = ro.Watch(reclaim={"SlurmExecutor": [4, 3]})
+    at = datetime(2025, 3, 4, 12, tzinfo=UTC)
+    stop = ro.StopRecord("slurm:gst:1", at, "slurm:a|bob|research", "default", "idle", "batch", "bob")
+    watch.stops.append(stop)
+    watch.suspect(stop, "resubmitted", at)
+    book.save_watch(watch, at)
+    out = tmp_path / "some"
+    written = write_reports(
+        state, out, period="week", end=None, currency="USD", rate="on-demand", policy=policy
+    )
+    html = (out / "index.html").read_text()
+    assert re.search(r'id="safety-false-kills" data-value="([0-9.]+)"', html)[1] == "0.2500"  # type: ignore[index]
+    assert re.search(r'id="safety-reclaim" data-value="([0-9.]+)"', html)[1] == "0.7500"  # type: ignore[index]
+    for w in written[1:]:  # team pages carry no cluster-wide safety figures
+        assert 'id="safety"' not in w.path.read_text()

@@ -71,6 +71,7 @@ def report(
                 currency=settings.cost.currency,
                 rate=settings.cost.rate,
                 consolidation=settings.consolidation,
+                policy=settings.policy,
             )
         finally:
             store.close()

@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 from gpusteward.report.consolidation import ConsolidationSection
 from gpusteward.report.insight_rows import InsightRow
@@ -86,6 +87,8 @@ class ReportData:
     teams: list[str] = field(default_factory=list)
     #: The consolidation plan in force (report/consolidation.py); None: no section.
     consolidation: ConsolidationSection | None = None
+    #: The live safety figures (``RolloutBook.safety``), cluster page only; None: no section.
+    safety: dict[str, Any] | None = None
 
     @property
     def efficiency_pct(self) -> float | None:

@@ -17,10 +17,12 @@ from markupsafe import Markup
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.policy.consolidation import ConsolidationSettings
+from gpusteward.policy.settings import PolicySettings
 from gpusteward.report.charts import bar_chart, fmt, hbar_chart
 from gpusteward.report.consolidation import gather_consolidation
 from gpusteward.report.figures import BUCKETS, ReportData, gather
 from gpusteward.report.insight_rows import gather_insights
+from gpusteward.runtime.rollout import RolloutBook
 from gpusteward.store.db import StateStore
 from gpusteward.store.files import ensure_folder, write_text
 from gpusteward.store.ledger import LedgerStore
@@ -136,14 +138,18 @@ def write_reports(
     currency: str,
     rate: str,
     consolidation: ConsolidationSettings | None = None,
+    policy: PolicySettings | None = None,
 ) -> list[Written]:
     """``index.html`` for the cluster and ``team-<name>.html`` per team, into ``out``;
-    ``consolidation``: the section's settings (None: the section says consolidation is off)."""
+    ``consolidation``: the section's settings (None: the section says consolidation is off);
+    ``policy``: the roll-out settings the safety figures are read with (None: no such section)."""
     ledger = LedgerStore(store)
     start, stop = period_bounds(ledger, period, end)
     cluster = gather(ledger, start, stop, currency=currency, rate=rate)
     cluster.insights = gather_insights(store, start, stop)
     cluster.consolidation = gather_consolidation(store, consolidation)
+    if policy is not None:
+        cluster.safety = RolloutBook(store, policy).safety()
     ensure_folder(out)
     links = team_files(cluster.teams)
     # Team pages first, the index last: the index never links to a page that failed to write.

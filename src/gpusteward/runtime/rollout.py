@@ -84,6 +84,11 @@ class RolloutBook:
     def false_kills(self, watch: Watch | None = None) -> list[FalseKill]:
         return ro.settled((watch or self.watch()).false_kills, self.verdicts())
 
+    def safety(self) -> dict[str, Any]:
+        """The false-kill ratio and reclaim success rate (``policy.rollout.safety_figures``)."""
+        watch = self.watch()
+        return ro.safety_figures(self.false_kills(watch), watch.reclaim)
+
     def appeals(self) -> list[Appeal]:
         return [ro.appeal(d) for d in self._list(APPEALS_KEY)]
 

@@ -35,9 +35,7 @@ def false_kills(store: Docs, policy: PolicySettings, query: FalseKillQuery) -> d
 
 def figures(store: Docs, policy: PolicySettings) -> dict[str, Any]:
     """The overview's false-kill ratio and reclaim success rate (``policy.rollout.safety_figures``)."""
-    book = RolloutBook(store, policy)
-    watch = book.watch()
-    return ro.safety_figures(book.false_kills(watch), watch.reclaim)
+    return RolloutBook(store, policy).safety()
 
 
 def scopes(store: Docs, policy: PolicySettings) -> list[dict[str, Any]]:
