@@ -159,3 +159,17 @@ def test_impossible_readings_are_refused_with_their_line(cell: str, column: str,
         parse_long_table(rows, path="t.csv")
     assert problem in e.value.problem
     assert (e.value.path, e.value.line) == ("t.csv", 3)
+
+
+def test_a_class_column_is_part_of_the_format(caplog: pytest.LogCaptureFixture) -> None:
+    rows = {
+        "timestamp": ["1741046400"],
+        "gpu": ["g"],
+        "util_pct": ["0"],
+        "mem_used_mib": ["10"],
+        "workload": ["w"],
+        "class": ["Batch "],
+    }
+    trace = parse_long_table(rows, path="t.csv")
+    assert [w.workload_class for w in trace.workloads] == ["batch"]
+    assert "not part of the trace format" not in caplog.text

@@ -119,11 +119,15 @@ def test_enforce_checkpoint_stops_the_idle_job_only(slurm, tmp_path, wired_metri
     events = [r.event for r in steward.store.audit_log(limit=50, workload_id=wid[a])]
     assert events.count("action.start") == 3
     assert events.count("action.succeeded") == 3
-    # B was busy: never a finding. C was idle but protected: held on every decision, never acted on.
-    assert steward.store.actions(workload_id=wid[b]) == [] == steward.store.actions(workload_id=wid[c])
+    # B was busy: never a finding. C was idle but protected: its owner is told (protection stops
+    # actions, not information), every stop is held, and nothing is done to the job.
+    assert steward.store.actions(workload_id=wid[b]) == []
     assert steward.store.decisions_for(wid[b]) == []
+    told = steward.store.actions(workload_id=wid[c])
+    assert told
+    assert all(x.level is Level.NOTIFY for x in told)
     held = steward.store.decisions_for(wid[c])
-    assert held
+    assert any(d.level >= Level.GRACEFUL_STOP for d in held)
     assert all(d.hold is Hold.PROTECTED for d in held if d.level >= Level.GRACEFUL_STOP)
     # The owner heard about it at every step, at the address the contact rule gives.
     to_a = [n for n in notifier.sent if n.workload_id == wid[a]]
@@ -157,7 +161,9 @@ def test_dry_run_changes_nothing(slurm, tmp_path, wired_metrics, cleanup_jobs):
     # The whole ladder was climbed on paper, up to the force stop.
     steps = [x.step for x in sorted(actions, key=lambda x: x.id) if x.workload_id == f"slurm:gst:{a}"]
     assert steps == ["warn-1", "warn-2", "graceful-stop", "force"]
-    assert {x.workload_id for x in actions} == {f"slurm:gst:{a}"}
+    # The protected C is told (on paper too), never stopped; the busy B is not touched at all.
+    assert {x.workload_id for x in actions} == {f"slurm:gst:{a}", f"slurm:gst:{c}"}
+    assert all(x.level is Level.NOTIFY for x in actions if x.workload_id == f"slurm:gst:{c}")
 
 
 def _stable(show: str) -> str:

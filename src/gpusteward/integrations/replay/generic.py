@@ -50,6 +50,7 @@ OPTIONAL = (
     "owner",
     "team",
     "gpu_model",
+    "class",
     "workload_started_at",
     "gpus_requested",
 )
