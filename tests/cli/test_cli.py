@@ -84,6 +84,11 @@ def test_demo_table_ends_with_false_actions_line(env):
     assert code == 0, out
     assert "false actions: 0" in out
     assert "reclaimed:" in out
+    # The light services' consolidation plan, in words, before the closing line.
+    plan = next(line for line in out.splitlines() if line.startswith("consolidation plan"))
+    assert "GPUs →" in plan
+    assert "memory violations" in plan
+    assert out.rstrip().splitlines()[-1].startswith("false actions")
 
 
 def test_scan_is_dry_run_and_finds_waste(config):

@@ -245,5 +245,14 @@ def print_demo(console: Console, result: DemoResult) -> None:
     )
     console.print(f"protected workloads left alone: {s['protected_untouched']}")
     console.print(f"missed workloads: {len(s['missed_workloads'])}")
+    plan = s.get("consolidation")
+    if plan:
+        console.print(
+            f"consolidation plan for the light services: {plan['gpus_before']} GPUs → "
+            f"{plan['gpus_after']} (naive packing {plan['naive_gpus_after']}), contention "
+            f"{100 * plan['contention_minutes_share']:.1f} % of minutes, "
+            f"{plan['memory_violations']:.0f} memory violations, "
+            f"{plan['money_per_month']:,.0f} {plan['currency']} a month freed"
+        )
     style = "green" if s["false_actions"] == 0 else "bold red"
     console.print(f"[{style}]false actions: {s['false_actions']}[/]")
