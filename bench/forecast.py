@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gpusteward.analysis.forecast import bucket, errors, fit, forecast
+from gpusteward.analysis.forecast import bucket, fit, forecast
+from gpusteward.analysis.forecast_scores import errors
 from gpusteward.runtime.demand import load_demand_csv
 
 HELIOS = (

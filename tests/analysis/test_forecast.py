@@ -13,12 +13,11 @@ from gpusteward.analysis.forecast import (
     ForecastUnavailable,
     Series,
     bucket,
-    errors,
     fill_gaps,
     fit,
     forecast,
-    seasonal_naive,
 )
+from gpusteward.analysis.forecast_scores import errors, seasonal_naive
 
 pytest.importorskip("statsmodels")
 

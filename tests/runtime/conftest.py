@@ -12,7 +12,8 @@ from gpusteward.integrations.sim import DEFAULT_START, SimClock
 from gpusteward.notify import MemoryNotifier
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, load_settings
-from gpusteward.runtime.loop import Steward, TickReport
+from gpusteward.runtime.loop import Steward
+from gpusteward.runtime.tick_report import TickReport
 from gpusteward.store.db import StateStore
 
 MakeSteward = Callable[..., tuple[Steward, Integration, SimClock, MemoryNotifier]]

@@ -12,7 +12,7 @@ from rich.table import Table
 from gpusteward.analysis.rules import CompiledRule
 from gpusteward.cli import output
 from gpusteward.domain.models import Action, ActionStatus, Decision, Finding, Gpu
-from gpusteward.runtime.loop import TickReport
+from gpusteward.runtime.tick_report import TickReport
 from gpusteward.scenarios.demo import DemoResult
 from gpusteward.store.db import StateStore
 

@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.runtime.logs import log_context, new_tick_id
-from gpusteward.runtime.loop import Steward, TickReport
+from gpusteward.runtime.loop import Steward
+from gpusteward.runtime.tick_report import TickReport
 
 log = logging.getLogger(__name__)
 

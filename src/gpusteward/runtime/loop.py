@@ -36,7 +36,6 @@ from gpusteward.domain.errors import SourceError, StoreError
 from gpusteward.domain.models import (
     Action,
     Decision,
-    Finding,
     Gpu,
     Hold,
     Observation,
@@ -58,28 +57,11 @@ from gpusteward.runtime.planning import plan_ladders, save_ladders, with_runner_
 from gpusteward.runtime.reconcile import Judgement, Reconciler
 from gpusteward.runtime.rollout_step import RolloutStep
 from gpusteward.runtime.runner import ActionResult, ActionRunner
+from gpusteward.runtime.tick_report import TickReport
 from gpusteward.runtime.tide_step import TideStep
 from gpusteward.store.window import WindowStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class TickReport:
-    """What one tick saw and did."""
-
-    at: datetime
-    source_ok: bool
-    gpus: int
-    workloads: int
-    findings: tuple[Finding, ...]
-    decisions: tuple[Decision, ...]
-    actions: tuple[ActionResult, ...]
-    stale_gpus: int
-    paused: bool
-    errors: tuple[str, ...] = ()
-    #: False on a follower replica: it sensed and analysed, but decided and did nothing.
-    leader: bool = True
 
 
 @dataclass

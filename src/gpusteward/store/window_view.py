@@ -12,38 +12,18 @@ import operator
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from gpusteward.domain.models import Metric
+from gpusteward.store.rings import Rings
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 _A = TypeVar("_A", bound=npt.NDArray[np.generic])
 Rng = tuple[int, int]  # first and last absolute slot, inclusive
-
-
-class Rings(Protocol):
-    """What a view reads of ``store.window.WindowStore`` (a Protocol, so the two modules do not
-    import each other)."""
-
-    interval_s: float
-    window_s: float
-    n_slots: int
-    _rings: dict[Metric, npt.NDArray[np.float32]]
-    _index: dict[str, int]
-
-    @property
-    def uuids(self) -> tuple[str, ...]: ...
-
-    @property
-    def head_slot(self) -> int | None: ...
-
-    def index_of(self, uuid: str) -> int | None: ...
-
-    def slot_of(self, at: datetime) -> int: ...
 
 
 #: Sentinel for "no slot"; far below any real slot number.

@@ -15,7 +15,8 @@ from datetime import datetime
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gpusteward.domain.models import ActionStatus, Gpu, Level, RuleAction
-from gpusteward.runtime.loop import Steward, TickReport
+from gpusteward.runtime.loop import Steward
+from gpusteward.runtime.tick_report import TickReport
 
 TICK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 

@@ -14,7 +14,8 @@ from gpusteward.integrations.prometheus.source import PrometheusSource
 from gpusteward.integrations.sim import SimClock
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings
-from gpusteward.runtime.loop import Steward, TickReport
+from gpusteward.runtime.loop import Steward
+from gpusteward.runtime.tick_report import TickReport
 
 MakeSettings = Callable[..., Settings]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from types import MappingProxyType
 
 import numpy as np
@@ -20,10 +20,11 @@ import numpy as np
 from gpusteward.domain.classes import CLASS_KEY
 from gpusteward.domain.models import PROTECT_KEY, Gpu, Observation, Owner, Sample, Workload
 from gpusteward.integrations.sim.behaviours import CHECKPOINTS, Behaviour, Mode
-from gpusteward.integrations.sim.runs import Run, ending_of, score_runs
+from gpusteward.integrations.sim.ground_truth import GroundTruth
+from gpusteward.integrations.sim.runs import Run
 from gpusteward.integrations.sim.scenarios import Arrival, Row, Scenario, arrivals_for_day, resolve
 from gpusteward.integrations.sim.signals import render
-from gpusteward.integrations.sim.truth import EndHow, Ending, Event, Score, Truth
+from gpusteward.integrations.sim.truth import EndHow, Event, Truth
 
 DEFAULT_START = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)
 DAY_S = 86400.0
@@ -43,7 +44,7 @@ def _hour_of_day(at: datetime) -> float:
 _CLASS = {Behaviour.INFERENCE: "service", Behaviour.SERVING: "service", Behaviour.NOTEBOOK: "interactive"}
 
 
-class SimCluster:
+class SimCluster(GroundTruth):
     """A simulated GPU cluster. ``nodes``/``gpus_per_node`` default to the scenario's size."""
 
     def __init__(
@@ -119,12 +120,6 @@ class SimCluster:
     def now(self) -> datetime:
         """How far the cluster has been advanced."""
         return self._dt(self._t)
-
-    def _dt(self, s: float) -> datetime:
-        return self.start + timedelta(seconds=s)
-
-    def _offset(self, at: datetime) -> float:
-        return (at - self.start).total_seconds()
 
     # ----- schedule ---------------------------------------------------------------------
     def _add_day(self) -> None:
@@ -399,35 +394,3 @@ class SimCluster:
         """Whether ``gpu_uuid`` is held by this workload now."""
         holder = self._holder[self._index[gpu_uuid]]
         return holder is not None and holder.workload.id == workload_id
-
-    # ----- ground truth -----------------------------------------------------------------
-    def truth(self, workload_id: str) -> Truth:
-        """Ground truth of a workload that has started (KeyError otherwise)."""
-        return self._runs[workload_id].truth
-
-    def truths(self) -> tuple[Truth, ...]:
-        return tuple(r.truth for r in self._runs.values())
-
-    def is_productive(self, workload_id: str, at: datetime) -> bool:
-        """Whether it does useful work at ``at`` per its plan (False outside its planned life)."""
-        run = self._runs[workload_id]
-        return run.plan.productive_at(self._offset(at) - run.start_s)
-
-    def phases(self, workload_id: str) -> tuple[tuple[datetime, datetime, Mode], ...]:
-        """The planned schedule: (from, to, mode) segments."""
-        run = self._runs[workload_id]
-        return tuple(
-            (self._dt(run.start_s + a), self._dt(run.start_s + b), m) for a, b, m in run.plan.phases()
-        )
-
-    def ending(self, workload_id: str) -> Ending | None:
-        """How and when it ended; None while it runs."""
-        return ending_of(self._runs[workload_id], self._dt)
-
-    def endings(self) -> tuple[Ending, ...]:
-        return tuple(e for run in self._runs.values() if (e := ending_of(run, self._dt)) is not None)
-
-    def score(self, until: datetime | None = None) -> Score:
-        """Waste, reclaimed GPU-hours and false stops over [start, until) (default: now)."""
-        u = self._t if until is None else self._offset(until)
-        return score_runs(self._runs.values(), u, self._dt)

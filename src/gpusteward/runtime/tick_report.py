@@ -1,0 +1,27 @@
+"""What one tick reports: the loop's answer, read by the driver, /metrics and the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpusteward.domain.models import Decision, Finding
+from gpusteward.runtime.runner import ActionResult
+
+
+@dataclass(frozen=True, slots=True)
+class TickReport:
+    """What one tick saw and did."""
+
+    at: datetime
+    source_ok: bool
+    gpus: int
+    workloads: int
+    findings: tuple[Finding, ...]
+    decisions: tuple[Decision, ...]
+    actions: tuple[ActionResult, ...]
+    stale_gpus: int
+    paused: bool
+    errors: tuple[str, ...] = ()
+    #: False on a follower replica: it sensed and analysed, but decided and did nothing.
+    leader: bool = True
