@@ -14,6 +14,7 @@ from datetime import datetime
 from gpusteward.domain.models import Gpu, Observation
 from gpusteward.domain.nodes import NodeControl
 from gpusteward.domain.ports import Clock, Executor, Leadership, Notifier, PoolScaler, Source
+from gpusteward.domain.queue import Queue
 
 
 def no_history(start: datetime, end: datetime, step_s: float) -> list[Observation]:
@@ -60,6 +61,9 @@ class Integration:
     leadership: Callable[[str, str, float], Leadership] | None = None
     #: Adds the system's own channel to the configured notifier (Kubernetes: an Event on the pods).
     wrap_notifier: Callable[[Notifier], Notifier] | None = None
+    #: The system's queue (pending work and recent queue times), read once per tick;
+    #: absent where the system has no queue (a plain server).
+    queue: Callable[[datetime], Queue] | None = None
     #: What the system knows that an agent could not (the simulator's ground truth, for the demo).
     ground_truth: object | None = None
     #: Anything else the system's CLI commands need (its client, say).

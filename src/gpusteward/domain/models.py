@@ -40,6 +40,38 @@ class Metric(StrEnum):
     PROC_CPU = "proc_cpu_pct"
     #: Requests the holder served per second (vLLM, Triton, Knative/KServe), where exported.
     REQUESTS = "requests_per_s"
+    # Health (issue 16). Counters are the driver's volatile totals (since the driver loaded);
+    # each is None where the source cannot read it, never 0 by default.
+    #: Code of the most recent Xid event seen since the previous sample (0: none).
+    XID = "xid_code"
+    #: 1 when an Xid since the previous sample means the GPU itself failed
+    #: (``domain.health.XIDS``: fell off the bus, double-bit ECC, …), else 0.
+    XID_FATAL = "xid_fatal"
+    ECC_DBE = "ecc_dbe_count"
+    ECC_SBE = "ecc_sbe_count"
+    #: Retired pages (Volta and older) or remapped rows (Ampere and newer), total.
+    RETIRED_PAGES = "retired_pages"
+    #: 1 when row remapping failed (or a page retirement is pending), else 0.
+    REMAP_FAILURE = "row_remap_failure"
+    #: 1 while the clocks are held down by a hardware or thermal slowdown or power brake
+    #: (``domain.health.SLOWDOWN_REASONS``); idle and application-clock reasons do not count.
+    THROTTLED = "throttled"
+    PCIE_REPLAY = "pcie_replay_count"
+
+
+#: GPU health readings: sparse (not every source has them), so they never gate judging.
+HEALTH_METRICS = frozenset(
+    {
+        Metric.XID,
+        Metric.XID_FATAL,
+        Metric.ECC_DBE,
+        Metric.ECC_SBE,
+        Metric.RETIRED_PAGES,
+        Metric.REMAP_FAILURE,
+        Metric.THROTTLED,
+        Metric.PCIE_REPLAY,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +109,15 @@ class Sample:
     #: Requests per second the holder served (a serving framework's own metric), where the
     #: source has one; missing stays missing, never 0.
     requests_per_s: float | None = None
+    # Health (see ``Metric``): None where the source cannot read it.
+    xid_code: float | None = None
+    xid_fatal: float | None = None
+    ecc_dbe_count: float | None = None
+    ecc_sbe_count: float | None = None
+    retired_pages: float | None = None
+    row_remap_failure: float | None = None
+    throttled: float | None = None
+    pcie_replay_count: float | None = None
 
     def value(self, metric: Metric) -> float | None:
         v: float | None = getattr(self, metric.value)

@@ -1,0 +1,65 @@
+"""The queue: work waiting for GPUs, and how long started work waited (issue 16).
+
+A scheduler integration (Slurm, Kubernetes) reads its queue each tick into a ``Queue``;
+the policy reads it (the ladder moves faster for idle holders of a model others wait for)
+and the surfaces export it. Pure values, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """One job or pod waiting, and what for."""
+
+    id: str
+    #: Slurm partition, Kubernetes namespace or Kueue/Volcano queue.
+    queue: str
+    gpus: int
+    submitted_at: datetime
+    #: The scheduler's reason (Slurm ``Resources``, ``Priority``, ``QOSGrpGRES``;
+    #: Kubernetes ``Unschedulable``).
+    reason: str
+    #: The GPU model asked for (gres type, node selector), "" when any will do.
+    gpu_model: str = ""
+    user: str = ""
+    source: str = ""
+
+    @property
+    def waits_for_gpus(self) -> bool:
+        """Held back by GPUs being taken, not by priority or a quota of its own."""
+        return self.reason in GPU_WAIT_REASONS
+
+
+#: Reasons that mean "no free GPU": reclaiming one would let the job start.
+GPU_WAIT_REASONS = frozenset({"Resources", "Unschedulable", "Nodes_required", "ReqNodeNotAvail"})
+
+
+@dataclass(frozen=True, slots=True)
+class StartedWait:
+    """A job that started: how long it waited in its queue (start - submit)."""
+
+    id: str
+    queue: str
+    waited_s: float
+    started_at: datetime
+    gpus: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    at: datetime
+    pending: tuple[PendingJob, ...] = ()
+    #: Jobs that started recently (the source's look-back), for queue-time percentiles.
+    started: tuple[StartedWait, ...] = ()
+
+    def gpus_waited_for(self, gpu_model: str | None = None) -> int:
+        """GPUs asked for by jobs waiting on free GPUs (of one model, or any)."""
+        return sum(
+            p.gpus
+            for p in self.pending
+            if p.waits_for_gpus and (gpu_model is None or p.gpu_model in ("", gpu_model))
+        )
