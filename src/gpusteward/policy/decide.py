@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from gpusteward.domain.classes import workload_class
 from gpusteward.domain.models import (
     Decision,
     Finding,
@@ -26,6 +25,7 @@ from gpusteward.domain.models import (
     RuleAction,
     Workload,
 )
+from gpusteward.domain.queue import Queue
 from gpusteward.policy import guards, ladder, owner
 from gpusteward.policy.ladder import Step
 from gpusteward.policy.owner import ApprovalView, SnoozeView
@@ -63,6 +63,9 @@ class PolicyInput:
     stages: Mapping[str, Stage] = field(default_factory=dict)
     #: Scope → ladder-timing multiplier while a suspected false kill there is unsettled.
     slowed: Mapping[str, float] = field(default_factory=dict)
+    #: The schedulers' queues, merged: jobs waiting for a model speed its idle holders' ladders up.
+    #: ``None``: no queue was read (the ladder keeps its configured pace).
+    queue: Queue | None = None
 
 
 @dataclass(frozen=True)
@@ -137,18 +140,13 @@ def _join(*parts: str) -> str:
 
 
 def _ahead(state: LadderState, p: _Plan, now: datetime, settings: PolicySettings) -> str:
-    if p.scope is not None:
-        timings, top = p.scope.timings, p.scope.cap
-    else:
-        timings = (
-            settings.ladder if p.workload is None else settings.ladder.for_class(workload_class(p.workload))
-        )
-        top = settings.max_level
-    steps = ladder.schedule(state, timings, now, advice=p.advice, max_level=top)
+    assert p.scope is not None  # a step is only planned once the workload's scope is known
+    steps = ladder.schedule(state, p.scope.timings, now, advice=p.advice, max_level=p.scope.cap)
+    pace = p.scope.pace(state, now, advice=p.advice)
     if not steps:
-        return ""
+        return pace
     plan = ", ".join(f"{s.title} ({s.name}) {ladder.when(at, now)}" for s, at in steps)
-    return f" Next: {plan}, unless the GPUs get busy again."
+    return f" Next: {plan}, unless the GPUs get busy again.{pace}"
 
 
 def _clean(wid: str, w: Workload, prev: LadderState, now: datetime, settings: PolicySettings) -> _Plan:
@@ -201,7 +199,7 @@ def _plan(wid: str, findings: Sequence[Finding], inp: PolicyInput, settings: Pol
     advice = driver.action is not RuleAction.RECLAIM
     seen = _seen(driver, inp.gpus)
     p = _Plan(wid, "", w, driver, advice, seen, rule=driver.rule, gpu_uuids=driver.gpu_uuids)
-    p.scope = scope = scope_for(w, inp.gpus, settings, inp.stages, inp.slowed)
+    p.scope = scope = scope_for(w, inp.gpus, settings, inp.stages, inp.slowed, inp.queue)
     owner_hold = guards.excluded(w, now)
     if owner_hold is not None:
         # The owner opted out for a while: the ladder ends, and starts again from a first warning later.
@@ -224,9 +222,8 @@ def _plan(wid: str, findings: Sequence[Finding], inp: PolicyInput, settings: Pol
     step, due = nxt
     if due > now:
         p.hold = Hold.WAITING
-        slow = f" (scope {scope.name} runs {scope.slowdown:g}x slower after a suspected false kill)"
         p.reason = f"{seen} Next: {step.title} ({step.name}) {ladder.when(due, now)}."
-        p.reason += slow if scope.slowdown > 1 else ""
+        p.reason += scope.pace(p.state, now, advice=advice)
         return p
     if _capped(p, step, w, now, settings):
         return p

@@ -2,7 +2,8 @@
 
 A scope's stage is the configured mode unless ``gpusteward rollout promote`` set another (the
 runtime hands those in as ``stages``); a scope with a suspected false kill that no admin has
-settled runs on slower timings (``slowed``: scope → multiplier).
+settled runs on slower timings (``slowed``: scope → multiplier). Jobs waiting for the model a
+workload holds speed its timings up (policy/demand.py), never a slowed scope's.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from datetime import datetime
 
 from gpusteward.domain.classes import workload_class
 from gpusteward.domain.models import Gpu, Hold, LadderState, Level, Workload
-from gpusteward.policy import guards, ladder
+from gpusteward.domain.queue import Queue
+from gpusteward.policy import demand, guards, ladder
+from gpusteward.policy.demand import Demand
 from gpusteward.policy.ladder import Step
 from gpusteward.policy.scope_settings import DefaultScopeSettings, ScopeSelector, Stage
 from gpusteward.policy.settings import LadderSettings, PolicySettings, ProtectSettings
@@ -30,6 +33,18 @@ class Scope:
     timings: LadderSettings
     #: Ladder timings multiplied by this (suspected false kills not yet settled); 1: none.
     slowdown: float = 1.0
+    #: What waits for the workload's GPU model (None: no queue read); ``timings`` include its pace.
+    demand: Demand | None = None
+
+    def pace(self, state: LadderState, now: datetime, *, advice: bool) -> str:
+        """Why the ladder moves slower or faster than configured, with when the stop comes."""
+        slow = f" (scope {self.name} runs {self.slowdown:g}x slower after a suspected false kill)"
+        if advice:
+            return slow if self.slowdown > 1 else ""
+        steps = ladder.schedule(state, self.timings, now, advice=False, max_level=self.cap)
+        stop = next((ladder.when(at, now) for s, at in steps if s is ladder.GRACEFUL_STOP), "")
+        said = demand.sentence(self.demand, stop, slowed=self.slowdown > 1)
+        return (slow if self.slowdown > 1 else "") + said
 
     @property
     def cap(self) -> Level:
@@ -82,19 +97,15 @@ def _resolve(
     settings: PolicySettings,
     stages: Mapping[str, Stage],
     slowed: Mapping[str, float],
+    need: Demand | None,
 ) -> Scope:
     timings = cls_timings.model_copy(update=cfg.ladder.model_dump(exclude_none=True))
     slow = max(1.0, slowed.get(name, 1.0))
-    if slow > 1.0:
-        timings = timings.model_copy(
-            update={
-                "warn_again_after_minutes": timings.warn_again_after_minutes * slow,
-                "graceful_stop_after_minutes": timings.graceful_stop_after_minutes * slow,
-                "force_after_minutes": timings.force_after_minutes * slow,
-            }
-        )
+    pace = need.factor if need is not None else 1.0
+    # A suspected false kill's slowdown is a brake demand never releases: only its slowing part applies.
+    timings = demand.paced(timings, slow * (max(pace, 1.0) if slow > 1.0 else pace))
     top = settings.max_level if cfg.max_level is None else min(cfg.max_level, settings.max_level)
-    return Scope(name, stages.get(name, cfg.mode), Level(top), timings, slow)
+    return Scope(name, stages.get(name, cfg.mode), Level(top), timings, slow, need)
 
 
 def scope_for(
@@ -103,14 +114,17 @@ def scope_for(
     settings: PolicySettings,
     stages: Mapping[str, Stage] | None = None,
     slowed: Mapping[str, float] | None = None,
+    queue: Queue | None = None,
 ) -> Scope:
-    """The first listed scope that matches ``w``, else the default one, resolved for ``w``'s class."""
+    """The first listed scope that matches ``w``, else the default one, resolved for ``w``'s class
+    and paced by what ``queue`` (None: not read) says waits for its GPUs' model."""
     cls_timings = settings.ladder.for_class(workload_class(w))
     stages, slowed = stages or {}, slowed or {}
+    need = demand.demand_for(w, queue, gpus, settings.demand)
     for s in settings.scopes:
         if matches(s.match, w, gpus):
-            return _resolve(s.name, s, cls_timings, settings, stages, slowed)
-    return _resolve(DEFAULT, settings.default_scope, cls_timings, settings, stages, slowed)
+            return _resolve(s.name, s, cls_timings, settings, stages, slowed, need)
+    return _resolve(DEFAULT, settings.default_scope, cls_timings, settings, stages, slowed, need)
 
 
 def scope_names(settings: PolicySettings) -> list[str]:

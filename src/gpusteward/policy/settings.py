@@ -1,4 +1,5 @@
-"""Policy settings: the escalation ladder, protection, reserve pool and blast-radius budget.
+"""Policy settings: the escalation ladder, its pace under demand, protection, reserve pool and
+blast-radius budget.
 
 Every model rejects unknown keys, so a typo in a policy file is an error, never ignored.
 """
@@ -206,6 +207,31 @@ class WorkingHoursSettings(_Strict):
         return self
 
 
+class DemandSettings(_Strict):
+    """Waiting jobs make reclaiming urgent: the waits between ladder steps for idle holders of a GPU
+    model that jobs wait for shrink, down to ``min_factor`` (issue 16). The defaults leave the ladder
+    as it is when nobody waits, and when no scheduler queue is read at all."""
+
+    min_factor: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="Shortest the waits between ladder steps get (times the configured waits) while "
+        "jobs wait for free GPUs of the model a workload holds: reached at full_at_gpus GPUs waited "
+        "for, linear from 1.0 below that. 1: demand never speeds the ladder up.",
+    )
+    full_at_gpus: int = Field(
+        8, ge=1, le=1_000_000, description="GPUs waited for at which the waits reach min_factor."
+    )
+    max_factor: float = Field(
+        1.0,
+        ge=1,
+        le=10,
+        description="Waits times this when a queue was read and nobody waits for the model (the "
+        "ladder may move slower); 1: unchanged. An unread queue always means the normal pace.",
+    )
+
+
 def _level(value: Any) -> Any:
     """Accept ``2``, ``"L2"``, ``"graceful_stop"`` and ``"graceful-stop"`` for a level."""
     if isinstance(value, str):
@@ -238,6 +264,9 @@ class PolicySettings(_Strict):
     notices: NoticeSettings = Field(default_factory=NoticeSettings, description="Per-owner notice limits.")
     working_hours: WorkingHoursSettings = Field(
         default_factory=WorkingHoursSettings, description="When stops may happen."
+    )
+    demand: DemandSettings = Field(
+        default_factory=DemandSettings, description="How waiting jobs change the ladder's pace."
     )
     max_level: Level = Field(
         Level.FORCE,
