@@ -150,3 +150,35 @@ def test_an_idle_gpu_without_processes(
     assert "gpusteward_process_gpu_memory_used_bytes" not in m
     assert one(m["gpusteward_gpu_memory_used_bytes"]).value == 0.0
     assert m["gpusteward_exporter_scrape_errors"][0].value == 0.0
+
+
+def test_health_gauges_follow_the_capture_and_an_injected_xid(
+    proc_root: Callable[[dict[int, FakePid]], Path],
+    scrape: Callable[[NodeCollector], dict[str, list[Sample]]],
+) -> None:
+    lib = FakeNvmlLib(capture("linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01", "load"))
+    nvml = Nvml(lib)
+    nvml.start()
+    collector = NodeCollector(NvmlSampler(nvml), ProcReader(proc_root({}), users=users), "gpu-node-7")
+    m = scrape(collector)
+    assert one(m["gpusteward_gpu_pcie_replays"]).value == 9.0  # the capture's "Replays Since Reset"
+    assert one(m["gpusteward_gpu_ecc_uncorrected_errors"]).value == 0.0
+    assert one(m["gpusteward_gpu_xid_code"]).value == 0.0
+    lib.inject_xid(0, 79)
+    m = scrape(collector)
+    assert one(m["gpusteward_gpu_xid_code"]).value == 79.0
+    assert one(m["gpusteward_gpu_xid_fatal"]).value == 1.0
+
+
+def test_health_a_board_cannot_read_is_absent_not_zero(
+    proc_root: Callable[[dict[int, FakePid]], Path],
+    scrape: Callable[[NodeCollector], dict[str, list[Sample]]],
+) -> None:
+    m = scrape(
+        collector_for(
+            capture("linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05", "idle"), proc_root({})
+        )
+    )
+    assert "gpusteward_gpu_ecc_corrected_errors" not in m  # no ECC on a GeForce
+    assert "gpusteward_gpu_retired_pages" not in m
+    assert one(m["gpusteward_gpu_throttled"]).value == 0.0

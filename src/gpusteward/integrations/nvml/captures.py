@@ -24,6 +24,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from gpusteward.domain.errors import SourceError
+from gpusteward.integrations.nvml.capture_health import count, health_from_csv, health_from_xml
 from gpusteward.integrations.nvml.fake import FakeGpu, FakeMig, FakeNode, FakeProcess
 
 _NUM = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
@@ -66,19 +67,19 @@ def parse_query_gpu_csv(text: str) -> tuple[list[FakeGpu], str | None]:
         if "uuid" not in d or "name" not in d:
             raise ValueError(f"query-gpu row without uuid and name: {row[:4]}")
         driver = d.get("driver_version") or driver
-        gpus.append(
-            FakeGpu(
-                uuid=d["uuid"],
-                name=d["name"],
-                memory_total_mib=number(d.get("memory.total")),
-                memory_used_mib=number(d.get("memory.used")),
-                util_gpu_pct=number(d.get("utilization.gpu")),
-                util_mem_pct=number(d.get("utilization.memory")),
-                power_w=number(d.get("power.draw")),
-                temp_c=number(d.get("temperature.gpu")),
-                mig_enabled=_mig_mode(d.get("mig.mode.current")),
-            )
+        gpu = FakeGpu(
+            uuid=d["uuid"],
+            name=d["name"],
+            memory_total_mib=number(d.get("memory.total")),
+            memory_used_mib=number(d.get("memory.used")),
+            util_gpu_pct=number(d.get("utilization.gpu")),
+            util_mem_pct=number(d.get("utilization.memory")),
+            power_w=number(d.get("power.draw")),
+            temp_c=number(d.get("temperature.gpu")),
+            mig_enabled=_mig_mode(d.get("mig.mode.current")),
         )
+        health_from_csv(gpu, d)
+        gpus.append(gpu)
     return gpus, driver
 
 
@@ -259,6 +260,7 @@ def _node_from_capture(text: str, phase: str) -> FakeNode:
         qgpu = q[i] if i < len(q) else QNode("", None)
         gpu.pcie_rx_kb_per_s = number(qgpu.get("PCI", "Rx Throughput"))
         gpu.pcie_tx_kb_per_s = number(qgpu.get("PCI", "Tx Throughput"))
+        gpu.pcie_replays = count(qgpu.get("PCI", "Replays Since Reset"))
         uuids = {dev: (profile, uuid) for profile, dev, uuid in listing.get(i, [])}
         for dev, gi, ci, total, used in _q_migs(qgpu) if gpu.mig_enabled else []:
             profile, uuid = uuids.get(dev, ("?", f"MIG-{gpu.uuid}/{gi}/{ci}"))
@@ -330,6 +332,7 @@ def parse_smi_xml(text: str) -> FakeNode:
             pcie_tx_kb_per_s=number(_x(el, "pci/tx_util")),
             mig_enabled=_mig_mode(_x(el, "mig_mode/current_mig")),
         )
+        health_from_xml(gpu, el)
         for m in el.findall("mig_devices/mig_device"):
             gi, ci = _int(_x(m, "gpu_instance_id")) or 0, _int(_x(m, "compute_instance_id")) or 0
             gpu.migs.append(

@@ -63,6 +63,35 @@ GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
 )
 
 
+#: (name, help, attribute of GpuHealth): the health readings, absent where NVML cannot give them.
+HEALTH_GAUGES: tuple[tuple[str, str, str], ...] = (
+    (
+        "gpusteward_gpu_xid_code",
+        "Last Xid the driver reported since the previous scrape (0: none).",
+        "xid_code",
+    ),
+    ("gpusteward_gpu_xid_fatal", "1 when that Xid means the GPU itself failed.", "xid_fatal"),
+    (
+        "gpusteward_gpu_ecc_uncorrected_errors",
+        "Volatile double-bit (uncorrected) ECC errors.",
+        "ecc_dbe_count",
+    ),
+    ("gpusteward_gpu_ecc_corrected_errors", "Volatile single-bit (corrected) ECC errors.", "ecc_sbe_count"),
+    ("gpusteward_gpu_retired_pages", "Retired pages (Volta and older) or remapped rows.", "retired_pages"),
+    (
+        "gpusteward_gpu_row_remap_failure",
+        "1 when row remapping failed or a page retirement is pending.",
+        "row_remap_failure",
+    ),
+    (
+        "gpusteward_gpu_throttled",
+        "1 while a thermal or hardware slowdown or power brake holds the clocks.",
+        "throttled",
+    ),
+    ("gpusteward_gpu_pcie_replays", "PCIe replays since the GPU was reset.", "pcie_replay_count"),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class _Proc:
     labels: list[str]
@@ -117,6 +146,13 @@ class NodeCollector(Collector):
                 value = getattr(r, attr)
                 if value is not None:
                     family.add_metric(_gpu_labels(r, self.node), float(value) * scale)
+            yield family
+        for name, text, attr in HEALTH_GAUGES:
+            family = GaugeMetricFamily(name, text, labels=list(GPU_LABELS))
+            for r in snap.gpus:
+                value = getattr(r.health, attr)
+                if value is not None:
+                    family.add_metric(_gpu_labels(r, self.node), float(value))
             yield family
 
     def _processes(self, snap: NodeSnapshot, infos: dict[int, ProcInfo | None]) -> Iterator[Metric]:

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gpusteward.integrations.nvml import choke
+from gpusteward.integrations.nvml.health import EVENT_XID
 
 MIB = 1024 * 1024
 
@@ -61,6 +62,19 @@ class FakeGpu:
     processes: list[FakeProcess] = field(default_factory=list)
     #: The GPU fell off the bus: every call about it fails with GPU_IS_LOST.
     lost: bool = False
+    # Health (None: the GPU does not report it, as without ECC). Tests may raise the
+    # counters between two passes; ``FakeNvmlLib.inject_xid`` raises an Xid event.
+    ecc_sbe: int | None = None  # volatile corrected total
+    ecc_dbe: int | None = None  # volatile uncorrected total
+    retired_sbe_pages: int | None = None  # Volta and older
+    retired_dbe_pages: int | None = None
+    retired_pending: bool | None = None
+    #: (correctable, uncorrectable, pending, failure): Ampere and newer.
+    remapped_rows: tuple[int, int, bool, bool] | None = None
+    clocks_event_reasons: int | None = None
+    pcie_replays: int | None = None
+    #: The GPU delivers Xid events (``nvmlEventTypeXidCriticalError``).
+    xid_events: bool = True
 
 
 @dataclass
@@ -103,6 +117,7 @@ class FakeNvmlLib:
         self._lock = threading.Lock()
         self.initialised = 0
         self.calls = 0
+        self._event_sets: list[_EventSet] = []
 
     def node(self) -> FakeNode:
         return self._node() if callable(self._node) else self._node
@@ -278,6 +293,90 @@ class FakeNvmlLib:
         if not samples:
             raise FakeNVMLError(choke.ERROR_NOT_FOUND)
         return samples
+
+    # --- health ---------------------------------------------------------------------------
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter: int) -> int:  # noqa: N802
+        self._check("nvmlDeviceGetTotalEccErrors")
+        gpu = self._gpu(handle)
+        if counter != 0:  # the captures hold the volatile totals only
+            raise FakeNVMLError(choke.ERROR_NOT_SUPPORTED)
+        return int(self._have(gpu.ecc_sbe if error_type == 0 else gpu.ecc_dbe))
+
+    def nvmlDeviceGetRetiredPages(self, handle: Any, cause: int) -> list[int]:  # noqa: N802
+        self._check("nvmlDeviceGetRetiredPages")
+        gpu = self._gpu(handle)
+        count = int(self._have(gpu.retired_sbe_pages if cause == 0 else gpu.retired_dbe_pages))
+        return [0x1000 * (i + 1) for i in range(count)]  # page addresses
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:  # noqa: N802
+        self._check("nvmlDeviceGetRetiredPagesPendingStatus")
+        return int(self._have(self._gpu(handle).retired_pending))
+
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:  # noqa: N802
+        self._check("nvmlDeviceGetRemappedRows")
+        corr, unc, pending, failure = self._have(self._gpu(handle).remapped_rows)
+        return (corr, unc, int(pending), int(failure))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:  # noqa: N802
+        self._check("nvmlDeviceGetCurrentClocksEventReasons")
+        return int(self._have(self._gpu(handle).clocks_event_reasons))
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:  # noqa: N802
+        self._check("nvmlDeviceGetCurrentClocksThrottleReasons")
+        return int(self._have(self._gpu(handle).clocks_event_reasons))
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:  # noqa: N802
+        self._check("nvmlDeviceGetPcieReplayCounter")
+        return int(self._have(self._gpu(handle).pcie_replays))
+
+    def nvmlEventSetCreate(self) -> _EventSet:  # noqa: N802
+        self._check("nvmlEventSetCreate")
+        with self._lock:
+            self._event_sets.append(_EventSet())
+            return self._event_sets[-1]
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:  # noqa: N802
+        self._check("nvmlDeviceGetSupportedEventTypes")
+        return EVENT_XID if self._gpu(handle).xid_events else 0
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, types: int, event_set: _EventSet) -> None:  # noqa: N802
+        self._check("nvmlDeviceRegisterEvents")
+        if not self._gpu(handle).xid_events:
+            raise FakeNVMLError(choke.ERROR_NOT_SUPPORTED)
+        event_set.devices.add(int(handle))
+
+    def nvmlEventSetWait_v2(self, event_set: _EventSet, timeout_ms: int) -> SimpleNamespace:  # noqa: N802
+        self._check("nvmlEventSetWait_v2")
+        with self._lock:
+            if not event_set.queue:
+                raise FakeNVMLError(choke.ERROR_TIMEOUT)  # never waits: the tests run no clock
+            return event_set.queue.pop(0)
+
+    def nvmlEventSetFree(self, event_set: _EventSet) -> None:  # noqa: N802
+        with self._lock:
+            if event_set in self._event_sets:
+                self._event_sets.remove(event_set)
+
+    def inject_xid(self, index: int, code: int) -> None:
+        """The driver reports Xid ``code`` on GPU ``index``: every set it is registered with gets it."""
+        event = SimpleNamespace(
+            device=index,
+            eventType=EVENT_XID,
+            eventData=code,
+            gpuInstanceId=0xFFFFFFFF,
+            computeInstanceId=0xFFFFFFFF,
+        )
+        with self._lock:
+            for s in self._event_sets:
+                if index in s.devices:
+                    s.queue.append(event)
+
+
+@dataclass
+class _EventSet:
+    devices: set[int] = field(default_factory=set)
+    queue: list[SimpleNamespace] = field(default_factory=list)
 
 
 def choke_none(value: int | None) -> int:

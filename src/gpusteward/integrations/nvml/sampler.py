@@ -7,6 +7,7 @@ point only, so a value NVML cannot give is ``None`` and a GPU that fails is repo
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from gpusteward.integrations.nvml.choke import ERROR_NOT_FOUND, SUCCESS, Nvml, Result
+from gpusteward.integrations.nvml.health import NO_HEALTH, GpuHealth, HealthReader
 
 MIB = 1024.0 * 1024.0
 # NVML's PCIe counters are KB/s; 1 KB = 1024 bytes there.
@@ -47,6 +49,8 @@ class GpuReading:
     mig_index: int | None = None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    #: ECC, retirement, slowdown, PCIe replays and Xids; a MIG instance carries its GPU's.
+    health: GpuHealth = NO_HEALTH
 
     @property
     def is_mig(self) -> bool:
@@ -106,6 +110,7 @@ class NvmlSampler:
         self._lock = threading.Lock()
         # Per GPU uuid: the newest per-process utilisation sample seen (µs since the epoch).
         self._last_util_us: dict[str, int] = {}
+        self.health = HealthReader(nvml)
 
     def sample(self, now: datetime) -> NodeSnapshot:
         with self._lock:
@@ -148,7 +153,16 @@ class NvmlSampler:
             gpus.extend(r for _, r in gpu.migs)
             util = self._process_util(gpu) if self.process_utilization else {}
             procs.extend(self._processes(gpu, util, errors))
+        # Drained after every GPU is registered, so a GPU seen for the first time reports 0.
+        xids = self.health.drain()
+        gpus = [
+            dataclasses.replace(r, health=r.health.with_xid(xids.get(r.parent_uuid or r.uuid))) for r in gpus
+        ]
         return NodeSnapshot(now, driver, tuple(gpus), tuple(procs), tuple(errors), tuple(lost))
+
+    def close(self) -> None:
+        with self._lock:
+            self.health.close()
 
     def _device(self, index: int, errors: list[str], *, metrics: bool) -> _Gpu | None:
         nvml = self.nvml
@@ -163,6 +177,7 @@ class NvmlSampler:
         reading = GpuReading(uuid=str(uuid.value), index=index, name=str(name), mig_enabled=mig_on)
         if metrics:
             reading = self._metrics(h.value, reading)
+            self.health.register(h.value, reading.uuid)
         gpu = _Gpu(h.value, reading)
         if mig_on:
             gpu.migs = list(self._migs(gpu, errors, metrics=metrics))
@@ -185,6 +200,7 @@ class NvmlSampler:
             pcie_rx_bytes_per_s=_scaled(call("nvmlDeviceGetPcieThroughput", handle, NVML_PCIE_UTIL_RX_BYTES)),
             pcie_tx_bytes_per_s=_scaled(call("nvmlDeviceGetPcieThroughput", handle, NVML_PCIE_UTIL_TX_BYTES)),
             mig_enabled=r.mig_enabled,
+            health=self.health.read(handle, r.uuid),
         )
 
     def _migs(self, gpu: _Gpu, errors: list[str], *, metrics: bool) -> Iterator[tuple[Any, GpuReading]]:
@@ -219,6 +235,8 @@ class NvmlSampler:
                     mig_index=k,
                     gpu_instance_id=_int(call("nvmlDeviceGetGpuInstanceId", h.value)),
                     compute_instance_id=_int(call("nvmlDeviceGetComputeInstanceId", h.value)),
+                    # ECC, retirement, clocks and Xids belong to the whole GPU.
+                    health=parent.health,
                 ),
             )
 

@@ -107,6 +107,7 @@ class NvmlSource:
         self._burst_until: dict[tuple[int, int], datetime] = {}
 
     def close(self) -> None:
+        self.sampler.close()
         self.nvml.stop()
 
     def observe(self, now: datetime) -> Observation:
@@ -191,6 +192,7 @@ class NvmlSource:
                 pcie_rx_bytes_per_s=r.pcie_rx_bytes_per_s,
                 pcie_tx_bytes_per_s=r.pcie_tx_bytes_per_s,
                 proc_cpu_pct=_sum_known([cpu_pct.get(pid) for pid in holders.get(r.uuid, [])]),
+                **r.health.fields(),
             )
             if _any_value(sample, r):
                 out.append(sample)
