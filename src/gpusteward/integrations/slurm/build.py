@@ -26,6 +26,7 @@ from gpusteward.integrations.slurm import (
 )
 from gpusteward.integrations.slurm.executor import SlurmExecutor
 from gpusteward.integrations.slurm.node_control import SlurmNodeControl
+from gpusteward.integrations.slurm.queue import SlurmQueue
 from gpusteward.integrations.slurm.settings import SlurmSourceSettings
 from gpusteward.integrations.slurm.source import PROTECT_REASON_KEY
 
@@ -97,11 +98,17 @@ def build_slurm(
 
 def build(cfg: SlurmSourceSettings, ctx: BuildContext) -> Integration:
     parts = build_slurm(cfg, ctx)
+    queue = (
+        SlurmQueue(parts.client, lookback_s=cfg.queue.lookback_seconds, starts_from=cfg.queue.starts_from)
+        if cfg.queue.enabled
+        else None
+    )
     return Integration(
         name="slurm",
         source=parts.source,
         executors=[parts.executor],
         node_control=SlurmNodeControl(parts.runner),
+        queue=queue,
         parts=parts,
     )
 

@@ -13,9 +13,15 @@ from datetime import datetime, timedelta, tzinfo
 from typing import Literal
 
 from gpusteward.integrations.slurm.commands import SlurmCommandFailed, SlurmRunner
-from gpusteward.integrations.slurm.model import JobView, SacctRecord, SlurmJob
+from gpusteward.integrations.slurm.model import JobView, SacctRecord, SacctStart, SlurmJob
 from gpusteward.integrations.slurm.parse_json import parse_jobs_json
-from gpusteward.integrations.slurm.parse_text import SACCT_FIELDS, parse_sacct, parse_scontrol_jobs
+from gpusteward.integrations.slurm.parse_text import (
+    SACCT_FIELDS,
+    START_FIELDS,
+    parse_sacct,
+    parse_sacct_starts,
+    parse_scontrol_jobs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +67,34 @@ class SlurmClient:
                 return got
         out = self.runner.run("scontrol", "--oneliner", "--details", "show", "job")
         return parse_scontrol_jobs(out.stdout, self.tz)
+
+    def queue_jobs(self) -> tuple[JobView, list[str]]:
+        """Pending and running jobs in one call: the queue, and the starts that give queue times."""
+        if self._use_json():
+            got = self._json("--states=PENDING,RUNNING")
+            if got is not None:
+                return got
+        out = self.runner.run("scontrol", "--oneliner", "--details", "show", "job")
+        return parse_scontrol_jobs(out.stdout, self.tz)
+
+    def starts(self, since: datetime, until: datetime) -> tuple[list[SacctStart], list[str]]:
+        """Allocations of every user that started between two times, from ``sacct`` (fails with
+        ``SlurmCommandFailed`` where accounting is disabled)."""
+        out = self.runner.run(
+            "sacct",
+            "--allusers",
+            "--allocations",
+            "--noheader",
+            "--parsable2",
+            f"--starttime={self._stamp(since)}",
+            f"--endtime={self._stamp(until)}",
+            f"--format={','.join(START_FIELDS)}",
+            timeout_s=max(self.runner.timeout_s, 60.0),
+        )
+        return parse_sacct_starts(out.stdout, self.tz)
+
+    def _stamp(self, at: datetime) -> str:
+        return at.astimezone(self.tz).strftime("%Y-%m-%dT%H:%M:%S")
 
     def job(self, job_id: str) -> SlurmJob | None:
         """One job, read now; None when the controller no longer knows it."""

@@ -182,3 +182,39 @@ def tres_gpu_count(text: str) -> int | None:
     if not found:
         return None
     return untyped or typed
+
+
+_TRES_GPU_TYPE = re.compile(r"(?:^|,)\s*(?:gres[/:])?gpu:(?P<type>[^=:,]+)(?:[=:]\d+)?\s*(?=,|$)")
+
+
+def tres_gpu_type(text: str) -> str:
+    """The GPU model a request names: ``gres/gpu:a100:2``, ``gres:gpu:h100=1`` → the type; ""
+    when any GPU will do (``gres/gpu:2``)."""
+    for m in _TRES_GPU_TYPE.finditer(text or ""):
+        if not m["type"].isdigit():
+            return m["type"].strip()
+    return ""
+
+
+def array_task_count(text: str) -> int:
+    """Tasks a pending array record stands for that could start at once: ``0-3`` → 4,
+    ``0-9%2`` → 2 (the throttle), ``1,5,7`` → 3; 1 when blank or unreadable."""
+    spec, _, throttle = (text or "").strip().partition("%")
+    try:
+        n = len(expand_indices(spec)) if spec else 1
+    except ValueError:
+        return 1
+    if throttle.strip().isdigit() and int(throttle) > 0:
+        n = min(n, int(throttle))
+    return max(1, n)
+
+
+def pending_reason(text: str) -> str:
+    """Slurm's reason code as JSON names it, also from scontrol's and squeue's texts:
+    ``(Resources)`` → ``Resources``; ``ReqNodeNotAvail,_UnavailableNodes:cs1`` → ``ReqNodeNotAvail``;
+    ``Nodes_required_for_job_are_DOWN,...`` / ``Nodes required for job ...`` → ``Nodes_required``."""
+    t = (text or "").strip().strip("()").strip()
+    if t.replace(" ", "_").startswith("Nodes_required"):
+        return "Nodes_required"
+    t = t.split(",", 1)[0].strip()
+    return "" if t.lower() in ("", "none", "(null)") else t

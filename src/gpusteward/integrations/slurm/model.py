@@ -37,6 +37,16 @@ class SlurmJob:
     cluster: str = ""
     #: Slurm job ids of a het job's parts (empty for ordinary jobs).
     het_parts: tuple[str, ...] = ()
+    #: When it was submitted (queue time is start - submit); None when Slurm did not say.
+    submitted_at: datetime | None = None
+    #: Why a pending job waits, Slurm's reason code (``Resources``, ``Priority``, ``Dependency``).
+    reason: str = ""
+    #: Tasks a pending array record stands for (``0-3%2``: 4 tasks, at most 2 at once → 2).
+    array_tasks: int = 1
+
+    @property
+    def pending(self) -> bool:
+        return "PENDING" in self.states
 
     @property
     def running(self) -> bool:
@@ -72,3 +82,14 @@ class SacctRecord:
     state: str
     elapsed_minutes: float
     time_limit_minutes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SacctStart:
+    """One allocation's submit and start, from ``sacct`` (queue time)."""
+
+    job_id: str
+    partition: str
+    submitted_at: datetime
+    started_at: datetime
+    gpus: int = 0

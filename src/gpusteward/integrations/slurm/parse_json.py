@@ -16,7 +16,14 @@ from typing import Any
 
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import utc
-from gpusteward.integrations.slurm.gres import expand_hostlist, gpus_of, tres_gpu_count
+from gpusteward.integrations.slurm.gres import (
+    array_task_count,
+    expand_hostlist,
+    gpus_of,
+    pending_reason,
+    tres_gpu_count,
+    tres_gpu_type,
+)
 from gpusteward.integrations.slurm.model import JobView, SlurmJob
 
 #: Slurm releases whose JSON this module knows (inclusive).
@@ -135,6 +142,10 @@ def _alloc_nodes(job: Mapping[str, Any]) -> list[str]:
     return expand_hostlist(text) if text else []
 
 
+#: Where a job's GPU request is written (its model, for a pending job that has no allocation).
+_REQUESTS = ("tres_per_job", "tres_per_node", "tres_per_socket", "tres_per_task", "tres_req_str")
+
+
 def _gpu_request(job: Mapping[str, Any], node_count: int) -> int:
     """GPUs asked for, when no allocation says: per job, per node × nodes, per task × tasks."""
     for key, times in (
@@ -166,11 +177,20 @@ def parse_job(job: Mapping[str, Any], cluster: str = "") -> SlurmJob:
             gtype = gtype or g.type
             if g.indices is not None:
                 indices[node] = tuple(sorted(set(indices.get(node, ()) + g.indices)))
-    if not count:
-        count = tres_gpu_count(_str(job.get("tres_alloc_str"))) or _gpu_request(job, len(nodes))
     states = _states(job.get("job_state"))
+    pending = "PENDING" in states
+    if not count:
+        # A pending job has no nodes yet: per-node requests count the nodes it asks for.
+        asked = len(nodes) or (_num(job.get("node_count")) if pending else 0) or 0
+        count = tres_gpu_count(_str(job.get("tres_alloc_str"))) or _gpu_request(job, asked)
+    if not gtype:
+        gtype = next(
+            (t for k in _REQUESTS if (t := tres_gpu_type(_str(job.get(k))))),
+            "",
+        )
     # A pending job's start_time is the scheduler's guess, not a start.
-    start = None if "PENDING" in states else _num(job.get("start_time"))
+    start = None if pending else _num(job.get("start_time"))
+    submit = _num(job.get("submit_time"))
     return SlurmJob(
         job_id=str(job_id),
         display_id=display,
@@ -189,6 +209,9 @@ def parse_job(job: Mapping[str, Any], cluster: str = "") -> SlurmJob:
         comment=_str(job.get("comment")),
         requeue=bool(job.get("requeue")),
         cluster=_str(job.get("cluster")) or cluster,
+        submitted_at=utc(submit) if submit and submit > 0 else None,
+        reason=pending_reason(_str(job.get("state_reason"))) if pending else "",
+        array_tasks=array_task_count(_str(job.get("array_task_string"))) if pending else 1,
     )
 
 
@@ -201,6 +224,7 @@ def merge_het(parts: Sequence[SlurmJob], leader_id: str) -> SlurmJob:
         for node, idx in p.gpu_indices.items():
             indices[node] = tuple(sorted(set(indices.get(node, ()) + idx)))
     starts = [p.started_at for p in parts if p.started_at is not None]
+    submits = [p.submitted_at for p in parts if p.submitted_at is not None]
     return SlurmJob(
         job_id=leader_id,
         display_id=leader_id,
@@ -220,6 +244,8 @@ def merge_het(parts: Sequence[SlurmJob], leader_id: str) -> SlurmJob:
         requeue=leader.requeue,
         cluster=leader.cluster,
         het_parts=tuple(sorted((p.job_id for p in parts), key=int)),
+        submitted_at=min(submits) if submits else None,
+        reason=leader.reason or next((p.reason for p in parts if p.reason), ""),
     )
 
 

@@ -12,8 +12,15 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, tzinfo
 
-from gpusteward.integrations.slurm.gres import expand_hostlist, gpus_of, tres_gpu_count
-from gpusteward.integrations.slurm.model import JobView, SacctRecord, SlurmJob
+from gpusteward.integrations.slurm.gres import (
+    array_task_count,
+    expand_hostlist,
+    gpus_of,
+    pending_reason,
+    tres_gpu_count,
+    tres_gpu_type,
+)
+from gpusteward.integrations.slurm.model import JobView, SacctRecord, SacctStart, SlurmJob
 from gpusteward.integrations.slurm.parse_json import merge_het
 
 _UNSET = frozenset({"", "(null)", "n/a", "none", "unknown"})
@@ -112,13 +119,25 @@ def parse_scontrol_job(line: str, tz: tzinfo) -> tuple[SlurmJob, str | None]:
                 gtype = gtype or g.type
                 if g.indices is not None:
                     indices[node] = tuple(sorted(set(indices.get(node, ()) + g.indices)))
+    pending = one.get("JobState") == "PENDING"
     if not count:
         per_node = tres_gpu_count(one.get("TresPerNode", ""))
+        asked = len(nodes) or (int(one["NumNodes"]) if pending and one.get("NumNodes", "").isdigit() else 1)
         count = (
             tres_gpu_count(one.get("TRES", ""))
             or tres_gpu_count(one.get("TresPerJob", ""))
-            or (per_node * max(1, len(nodes)) if per_node else 0)
+            or (per_node * max(1, asked) if per_node else 0)
         )
+    if not gtype:
+        gtype = next(
+            (
+                t
+                for k in ("TresPerJob", "TresPerNode", "TresPerSocket", "TresPerTask", "TRES")
+                if (t := tres_gpu_type(one.get(k, "")))
+            ),
+            "",
+        )
+    array = _value(one.get("ArrayTaskId", ""))
     limit = parse_duration_minutes(one.get("TimeLimit", ""))
     job = SlurmJob(
         job_id=job_id,
@@ -129,7 +148,7 @@ def parse_scontrol_job(line: str, tz: tzinfo) -> tuple[SlurmJob, str | None]:
         partition=_value(one.get("Partition", "")),
         qos=_value(one.get("QOS", "")),
         states=frozenset(s for s in _value(one.get("JobState", "")).upper().split("+") if s),
-        started_at=_time(one.get("StartTime", ""), tz) if one.get("JobState") != "PENDING" else None,
+        started_at=_time(one.get("StartTime", ""), tz) if not pending else None,
         time_limit_minutes=int(limit) if limit is not None else None,
         nodes=tuple(nodes),
         gpu_indices=indices,
@@ -137,6 +156,9 @@ def parse_scontrol_job(line: str, tz: tzinfo) -> tuple[SlurmJob, str | None]:
         gpu_type=gtype,
         comment=_value(one.get("Comment", "")),
         requeue=one.get("Requeue", "0").strip() == "1",
+        submitted_at=_time(one.get("SubmitTime", ""), tz),
+        reason=pending_reason(one.get("Reason", "")) if pending else "",
+        array_tasks=array_task_count(array) if pending and not array.isdigit() else 1,
     )
     het = _value(one.get("HetJobId", ""))
     return job, het or None
@@ -208,3 +230,40 @@ def parse_sacct(
             )
         )
     return records, problems
+
+
+#: The sacct columns read for queue times, in order.
+START_FIELDS = ("JobID", "Partition", "Submit", "Start", "AllocTRES")
+
+
+def parse_sacct_starts(
+    text: str, tz: tzinfo, fields: Sequence[str] = START_FIELDS, delimiter: str = "|"
+) -> tuple[list[SacctStart], list[str]]:
+    """Started allocations (not steps) with their submit and start times, and unreadable lines.
+    Jobs that never started (``Start`` ``None`` / ``Unknown``) are left out; they waited, but
+    did not finish waiting."""
+    col = {f.lower(): i for i, f in enumerate(fields)}
+    missing = [f for f in ("JobID", "Submit", "Start") if f.lower() not in col]
+    if missing:
+        raise ValueError(f"sacct fields lack {', '.join(missing)}")
+    out, problems = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        cells = line.split(delimiter)
+        if len(cells) < len(fields):
+            problems.append(f"sacct line {n}: {len(cells)} fields, expected {len(fields)}")
+            continue
+        job_id = cells[col["jobid"]].strip()
+        if "." in job_id:
+            continue
+        submitted, started = _time(cells[col["submit"]], tz), _time(cells[col["start"]], tz)
+        if started is None:
+            continue
+        if submitted is None:
+            problems.append(f"sacct line {n}: submit time {cells[col['submit']]!r} unreadable")
+            continue
+        tres = cells[col["alloctres"]] if "alloctres" in col else ""
+        partition = cells[col["partition"]].strip() if "partition" in col else ""
+        out.append(SacctStart(job_id, partition, submitted, started, tres_gpu_count(tres) or 0))
+    return out, problems

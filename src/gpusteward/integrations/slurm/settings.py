@@ -69,6 +69,20 @@ class SlurmAdviceSettings(_Section):
     )
 
 
+class SlurmQueueSettings(_Section):
+    """Pending jobs and queue times (start - submit of recently started jobs)."""
+
+    enabled: bool = Field(True, description="Read pending jobs each tick (one more squeue call).")
+    lookback_seconds: float = Field(
+        3600, gt=0, le=30 * 86400, description="Queue times come from jobs started this far back."
+    )
+    starts_from: Literal["auto", "sacct", "squeue"] = Field(
+        "auto",
+        description="Where start times come from: sacct (every start, needs accounting), squeue "
+        "(running jobs only), auto: sacct where accounting exists, else squeue.",
+    )
+
+
 class SlurmSourceSettings(_Section):
     """Jobs from Slurm, GPU metrics from another source, joined by node and GPU index."""
 
@@ -119,6 +133,7 @@ class SlurmSourceSettings(_Section):
     protect: SlurmProtectSettings = Field(default_factory=SlurmProtectSettings)
     contact: SlurmContactSettings = Field(default_factory=SlurmContactSettings)
     advice: SlurmAdviceSettings = Field(default_factory=SlurmAdviceSettings)
+    queue: SlurmQueueSettings = Field(default_factory=SlurmQueueSettings)
 
     @field_validator("checkpoint_signal")
     @classmethod
