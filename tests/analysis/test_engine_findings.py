@@ -127,8 +127,10 @@ def test_every_finding_matches_a_per_finding_computation(
     gpus = dict(inp.gpus)
     # Every rule and every message field is exercised, not just the easy ones.
     # The bench keeps 30 min: the 3.5-h service rule is never judged there; its workloads
-    # are jobs, so the notebook rule has nothing to judge either.
+    # are jobs, so the notebook rule has nothing to judge either. It reads no GPU health
+    # (tests/analysis/test_health_rules.py covers those rules).
     long_or_other_class = {"overprovisioned", "quiet-service", "idle-notebook"}
+    long_or_other_class |= {"gpu-failed", "gpu-degrading", "gpu-throttled"}
     assert {f.rule for f in result.findings} == set(rules) - long_or_other_class
     assert any(u not in gpus for f in result.findings for u in f.gpu_uuids)
     assert any(0 < len(f.gpu_uuids) < len(workloads[f.workload_id or ""].gpu_uuids) for f in result.findings)

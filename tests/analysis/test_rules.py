@@ -28,6 +28,9 @@ def test_default_pack_ships_and_compiles() -> None:
         "idle-notebook",
         "overprovisioned",
         "stalled",
+        "gpu-failed",
+        "gpu-degrading",
+        "gpu-throttled",
     }
     assert {r.name: r.kind for r in rules.values()} == {
         "zombie": "zombie",
@@ -36,10 +39,22 @@ def test_default_pack_ships_and_compiles() -> None:
         "idle-notebook": "idle",
         "overprovisioned": "overprovisioned",
         "stalled": "stalled",
+        "gpu-failed": "health",
+        "gpu-degrading": "health",
+        "gpu-throttled": "health",
     }
     assert rules["overprovisioned"].action is RuleAction.ADVISE
+    assert {n for n, r in rules.items() if r.action is RuleAction.REPAIR} == {
+        "gpu-failed",
+        "gpu-degrading",
+        "gpu-throttled",
+    }
     assert rules["overprovisioned"].spec.scope == "workload"
-    assert all(r.action is RuleAction.RECLAIM for n, r in rules.items() if n != "overprovisioned")
+    assert all(
+        r.action is RuleAction.RECLAIM
+        for n, r in rules.items()
+        if n != "overprovisioned" and not n.startswith("gpu-")
+    )
     assert rules["zombie"].window_s == 1800
     assert rules["idle-allocation"].window_s == 1800
     assert rules["overprovisioned"].window_s == 3600
@@ -56,7 +71,7 @@ def test_window_too_short_for_a_rule_is_an_error() -> None:
     pack = default_rule_pack()
     with pytest.raises(RuleError, match="'quiet-service' looks back 210m"):
         compile_rules(pack, window_s=3600)
-    assert len(compile_rules(pack, window_s=4 * 3600)) == 6
+    assert len(compile_rules(pack, window_s=4 * 3600)) == 9
 
 
 def test_disabled_rules_are_checked_but_not_compiled() -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gpusteward.analysis.trends import counter_increase
 from gpusteward.domain.classes import CLASSES
 from gpusteward.domain.models import Metric
 from gpusteward.store.window import WindowView
@@ -36,6 +37,10 @@ AGGREGATES: dict[str, tuple[str, ...]] = {
     "busy_share": ("metric", "number", "duration"),
     "zero_for": ("metric",),
     "watched_for": ("metric",),
+    # Trend tests for GPU health (issue 16): a counter's increase over d (resets handled) and
+    # the least-squares slope per hour over d.
+    "increase": ("metric", "duration"),
+    "slope": ("metric", "duration"),
 }
 #: Evidence beyond one GPU's window (analysis/inputs.py): the share of the class's GPUs idle
 #: (the fleet's tide; ``fleet_idle_share(1h)`` for the holder's own class or
@@ -101,16 +106,22 @@ class Aggregate:
             return "below_for_s", (ZERO_PCT,)
         if self.func == "watched_for":
             return "watched_s", ()
+        if self.func == "increase":  # not a view method: computed in analysis/trends.py
+            return None
         return ("below_for_s" if self.func == "below_for" else self.func), self.args
 
     def compute(self, view: WindowView) -> FloatArray:
         """Per GPU of the view, in the view's index order."""
+        if self.func == "increase":
+            return counter_increase(view, self.metric, self.args[0])
         call = self.view_call
         assert call is not None, self.func  # INPUTS go through EvalContext's hook
         method, args = call
         out: FloatArray = getattr(view, method)(self.metric, *args)
         if self.func == "busy_share":
             return 1.0 - out  # NaN (no present sample) stays NaN
+        if self.func == "slope":
+            return out * 60.0  # the view's is per minute
         return out / 60.0 if self.func in MINUTE_AGGREGATES else out
 
 
@@ -156,7 +167,7 @@ class EvalContext:
         if hit is None:
             if agg.func in INPUTS:
                 hit = np.full(self.size, np.nan) if self._inputs is None else self._inputs(agg, self)
-            elif len(self.view) == 0:
+            elif len(self.view) == 0 or agg.metric not in self.view.metrics:  # a store without it
                 hit = np.full(self.size, np.nan)
             else:
                 hit = agg.compute(self.view)[self._safe_index]

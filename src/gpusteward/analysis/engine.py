@@ -1,7 +1,9 @@
 """One analysis tick: window view + compiled rules + GPUs + workloads + now -> findings.
 
 Pure: no I/O and no clock. Rules see *holdings*, one element per GPU of each workload,
-so only held GPUs are judged and a GPU shared by two workloads is judged for each.
+so only held GPUs are judged and a GPU shared by two workloads is judged for each. Repair
+rules (GPU health) judge every GPU instead, held or free: one finding per GPU and holder,
+``workload_id`` None for a free GPU; coverage never gates them (a missing reading is unknown).
 
 Safety, in order: a GPU without a fresh sample (``stale_after_s``) or without enough
 data over a rule's window (``min_coverage``) is never part of that rule's finding; a
@@ -17,7 +19,7 @@ import itertools
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import numpy as np
@@ -28,13 +30,24 @@ from gpusteward.analysis.inputs import GapHistory, make_inputs
 from gpusteward.analysis.messages import Columns, messages
 from gpusteward.analysis.rules import CompiledRule
 from gpusteward.domain.classes import CLASSES, workload_class
-from gpusteward.domain.models import Finding, Gpu, Metric, RuleAction, Workload
+from gpusteward.domain.models import (
+    HEALTH_METRICS,
+    Finding,
+    Gpu,
+    Metric,
+    Owner,
+    RuleAction,
+    Workload,
+    WorkloadKind,
+)
 from gpusteward.store.window import WindowView
 
 BoolArray = npt.NDArray[np.bool_]
 #: Evidence only some sources have: it never gates judging. A rule reads it as
 #: ``coverage(requests_per_s, 30m) == 0 or max(requests_per_s, 30m) == 0``.
 OPTIONAL_METRICS = frozenset({Metric.REQUESTS})
+#: Metrics whose coverage never gates judging: the optional ones and GPU health readings.
+UNGATED_METRICS = OPTIONAL_METRICS | HEALTH_METRICS
 
 
 @dataclass(frozen=True)
@@ -144,8 +157,8 @@ class _PerRule(Mapping[str, frozenset[str]]):
 def _judged(rule: CompiledRule, ctx: EvalContext, fresh: BoolArray) -> BoolArray:
     """Holdings with fresh data covering enough of the rule's window for every metric it reads."""
     ok = fresh.copy()
-    if rule.window_s > 0:
-        for m in sorted(rule.metrics - OPTIONAL_METRICS):
+    if rule.window_s > 0 and rule.action is not RuleAction.REPAIR:
+        for m in sorted(rule.metrics - UNGATED_METRICS):
             cov = ctx.aggregate(Aggregate("coverage", m, (rule.window_s,)))
             with np.errstate(invalid="ignore"):
                 ok &= cov >= rule.spec.min_coverage - 1e-9
@@ -287,19 +300,17 @@ def _view_calls(
         if rule.window_s > 0:
             aggs.update(
                 dict.fromkeys(
-                    Aggregate("coverage", m, (rule.window_s,))
-                    for m in sorted(rule.metrics - OPTIONAL_METRICS)
+                    Aggregate("coverage", m, (rule.window_s,)) for m in sorted(rule.metrics - UNGATED_METRICS)
                 )
             )
             if "util" in rule.message_fields:
                 aggs[Aggregate("mean", Metric.GPU_UTIL, (rule.window_s,))] = None
     aggs.update(dict.fromkeys(Aggregate("last", m) for m in view.metrics))
-    calls = [(a.view_call, a.metric) for a in aggs]
+    calls = [(a.view_call, a.metric) for a in aggs if a.metric in view.metrics]
     return [(c[0], m, c[1]) for c, m in calls if c is not None]
 
 
-def _analyse(rules: Sequence[CompiledRule], inp: AnalysisInput) -> AnalysisResult:
-    inp.view.prefetch(_view_calls(rules, inp.view), workers=min(4, os.cpu_count() or 1))
+def _context(inp: AnalysisInput) -> tuple[_Holdings, EvalContext, BoolArray]:
     h = _Holdings(inp)
     hook = make_inputs(h.workloads, h.group, h.class_codes, inp.history, inp.now)
     ctx = EvalContext(inp.view, h.gpu_index, h.group, h.group_size, h.attributes(), hook)
@@ -307,15 +318,49 @@ def _analyse(rules: Sequence[CompiledRule], inp: AnalysisInput) -> AnalysisResul
     fresh = np.zeros(len(h.uuids), dtype=np.bool_)
     known = h.gpu_index >= 0
     fresh[known] = age[h.gpu_index[known]] <= inp.stale_after_s
+    return h, ctx, fresh
+
+
+def _per_gpu(inp: AnalysisInput) -> AnalysisInput:
+    """Every GPU once per holder, free ones once with a holder of id ``""``: what repair rules
+    judge (a failed GPU matters whether or not anyone holds it)."""
+    free = Workload("", WorkloadKind.PROCESS, "", Owner(""), 0, (), inp.now)
+    held: dict[str, list[Workload]] = {}
+    for w in inp.workloads:
+        for u in w.gpu_uuids:
+            held.setdefault(u, []).append(w)
+    one = [replace(w, gpu_uuids=(u,)) for u in sorted(inp.gpus) for w in held.get(u, [free])]
+    return replace(inp, workloads=one)
+
+
+def _repair(rules: Sequence[CompiledRule], inp: AnalysisInput) -> list[Finding]:
+    if not rules:
+        return []
+    h, ctx, fresh = _context(_per_gpu(inp))
+    out: list[Finding] = []
+    for rule in rules:
+        trip, _ = _trips(rule, ctx, h, fresh)
+        out.extend(
+            f if f.workload_id else replace(f, workload_id=None) for f in _findings(rule, ctx, h, trip)
+        )
+    return out
+
+
+def _analyse(rules: Sequence[CompiledRule], inp: AnalysisInput) -> AnalysisResult:
+    inp.view.prefetch(_view_calls(rules, inp.view), workers=min(4, os.cpu_count() or 1))
+    h, ctx, fresh = _context(inp)
     stale = frozenset(h.uuids[i] for i in np.flatnonzero(~fresh).tolist())
     unknown = h.ids(np.flatnonzero(~h.group_all(fresh)))
-    findings: list[Finding] = []
+    enabled = [r for r in rules if r.spec.enabled]
+    findings = _repair([r for r in enabled if r.action is RuleAction.REPAIR], inp)
     unjudged: dict[str, BoolArray] = {}
-    for rule in rules:
-        if rule.spec.enabled:
-            trip, all_judged = _trips(rule, ctx, h, fresh)
-            findings.extend(_findings(rule, ctx, h, trip))
-            unjudged[rule.name] = ~all_judged
+    for rule in enabled:
+        if rule.action is RuleAction.REPAIR:  # judged above, on every fresh GPU
+            unjudged[rule.name] = ~h.group_all(fresh)
+            continue
+        trip, all_judged = _trips(rule, ctx, h, fresh)
+        findings.extend(_findings(rule, ctx, h, trip))
+        unjudged[rule.name] = ~all_judged
     findings.sort(key=lambda f: (f.rule, f.workload_id or "", f.gpu_uuids))
     return AnalysisResult(
         tuple(findings), stale_gpus=stale, unknown_workloads=unknown, unjudged=_PerRule(unjudged, h)

@@ -13,7 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.analysis.aggregates import Aggregate, EvalContext, format_duration
-from gpusteward.domain.models import Metric
+from gpusteward.domain.health import XIDS
+from gpusteward.domain.models import HEALTH_METRICS, Metric
 
 #: Aggregates worth quoting whatever their metric, and how each reads.
 _QUOTED = ("busy_share", "watched_for", "zero_for", "below_for", *("fleet_idle_share", "p_busy_again"))
@@ -23,7 +24,18 @@ _METRICS = {
     Metric.MEM_USED: "GPU memory",
     Metric.PROC_CPU: "process CPU",
     Metric.REQUESTS: "requests",
+    # GPU health (issue 16): what the health rules read, each a count or a 0/1 flag.
+    Metric.XID_FATAL: "fatal Xid",
+    Metric.ECC_DBE: "double-bit ECC errors",
+    Metric.ECC_SBE: "single-bit ECC errors",
+    Metric.RETIRED_PAGES: "retired pages / remapped rows",
+    Metric.REMAP_FAILURE: "row-remap failure",
+    Metric.THROTTLED: "clock slowdown",
+    Metric.PCIE_REPLAY: "PCIe replays",
+    Metric.TEMP: "temperature",
 }
+#: Trend aggregates (analysis/trends.py), quoted for whichever metric they read.
+_TRENDS = ("increase", "slope")
 #: Reduced over a finding's GPUs with fmin (the others with fmax, NaN skipped).
 _SHORTEST = ("watched_for", "zero_for", "below_for", "fleet_idle_share", "idle_gaps")
 
@@ -33,6 +45,10 @@ def _hours(minutes: float) -> str:
 
 
 def _metric_value(m: Metric, v: float) -> str:
+    if m is Metric.TEMP:
+        return f"{v:.0f} °C"
+    if m in HEALTH_METRICS:
+        return f"{v:g}"
     if m is Metric.MEM_USED:
         return f"{v / 1024:.1f} GiB" if v >= 1024 else f"{v:.0f} MiB" + (" (released)" if v == 0 else "")
     if m is Metric.PROC_CPU:
@@ -42,7 +58,7 @@ def _metric_value(m: Metric, v: float) -> str:
 
 def _phrase(agg: Aggregate, v: float, cls: str, gaps: float) -> str:
     if v != v:
-        return "" if agg.metric in _METRICS else f"{agg.func} unknown"
+        return "" if agg.metric in _METRICS or agg.func in _TRENDS else f"{agg.func} unknown"
     f = agg.func
     if f == "busy_share":
         x, d = agg.args
@@ -66,13 +82,21 @@ def _phrase(agg: Aggregate, v: float, cls: str, gaps: float) -> str:
         return f"{within} <= {100 * v:.1f} % (upper 95 % bound, {based})"
     if f == "idle_gaps":
         return f"{v:.0f} idle gaps seen"
+    name = _METRICS.get(agg.metric, agg.metric.value)
+    if f == "increase":
+        return f"{name} +{v:g} over {format_duration(agg.args[0])}"
+    if f == "slope":
+        unit = " °C" if agg.metric is Metric.TEMP else ""
+        return f"{name} {v:+.3g}{unit}/h over {format_duration(agg.args[0])}"
+    if agg.metric is Metric.THROTTLED and f == "mean":
+        return f"{name} {100 * v:.0f} % of the last {format_duration(agg.args[0])}"
     what = {"last": "now", "mean": "mean", "max": "max", "min": "min"}[f]
     over = f" over {format_duration(agg.args[0])}" if agg.args else ""
     return f"{_METRICS[agg.metric]} {what} {_metric_value(agg.metric, v)}{over}"
 
 
 def _quoted(agg: Aggregate, funcs: set[str]) -> bool:
-    if agg.func in _QUOTED or agg.func == "p_busy_again_upper":
+    if agg.func in _QUOTED or agg.func in _TRENDS or agg.func == "p_busy_again_upper":
         return True
     if agg.func == "idle_gaps":  # said with the chance when the rule reads one
         return not funcs & {"p_busy_again", "p_busy_again_upper"}
@@ -105,3 +129,32 @@ def evidence_texts(
         for out, v, c, n in zip(parts, values, cls, gaps, strict=True):
             out.append(_phrase(agg, v, c, n))
     return [", ".join(x for x in p if x) or "-" for p in parts]
+
+
+#: How far back ``{xid}`` looks for an Xid at least: a health rule reading only counters
+#: (window 0) still names the Xid that came with the fault.
+XID_LOOKBACK_S = 1800.0
+
+
+def xid_texts(
+    ctx: EvalContext, tp: npt.NDArray[np.intp], starts: npt.NDArray[np.intp], window_s: float
+) -> list[str]:
+    """``Xid 79 (GPU has fallen off the bus)`` per finding: the highest code among its GPUs
+    over the window (fatal ones are listed first if any is), or ``no Xid``."""
+    code = ctx.aggregate(Aggregate("max", Metric.XID, (window_s,)))[tp]
+    fatal = ctx.aggregate(Aggregate("max", Metric.XID_FATAL, (window_s,)))[tp]
+    out = []
+    for lo, hi in zip(starts.tolist(), [*starts.tolist()[1:], tp.size], strict=True):
+        codes = [int(c) for c in code[lo:hi].tolist() if c == c and c > 0]
+        if not codes:
+            out.append("no Xid")
+            continue
+        bad = [
+            int(c)
+            for c, f in zip(code[lo:hi].tolist(), fatal[lo:hi].tolist(), strict=True)
+            if f > 0 and c > 0
+        ]
+        c = max(bad or codes)
+        x = XIDS.get(c)
+        out.append(f"Xid {c} ({x.meaning})" if x is not None else f"Xid {c}")
+    return out

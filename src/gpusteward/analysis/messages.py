@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.analysis.aggregates import Aggregate, EvalContext, format_duration
-from gpusteward.analysis.evidence import evidence_texts
+from gpusteward.analysis.evidence import XID_LOOKBACK_S, evidence_texts, xid_texts
 from gpusteward.analysis.rules import CompiledRule
 from gpusteward.domain.classes import workload_class
 from gpusteward.domain.models import Gpu, Metric, Workload
@@ -128,6 +128,8 @@ def messages(rule: CompiledRule, ctx: EvalContext, known: list[Gpu | None], cols
             return evidence_texts(rule.when.aggregates, ctx, cols.tp, cols.starts, classes)
         if name == "class":
             return [workload_class(w) for w in cols.workloads]
+        if name == "xid":
+            return xid_texts(ctx, cols.tp, cols.starts, max(rule.window_s, XID_LOOKBACK_S))
         return [fmt_value(x, 2) for x in (cols.gpu_hours if name == "gpu_hours" else cols.cost)]
 
     if not names:

@@ -48,6 +48,7 @@ PLACEHOLDERS: Mapping[str, str] = {
     "cost": "money wasted",
     "evidence": "the values the rule's busy_share, zero_for, watched_for and below_for read, in words",
     "class": "the workload's class (service, batch, interactive, unknown)",
+    "xid": "the newest Xid of the rule's window (at least 30 min) and its meaning, or 'no Xid'",
 }
 
 

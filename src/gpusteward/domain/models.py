@@ -190,6 +190,9 @@ class RuleAction(StrEnum):
     RECLAIM = "reclaim"
     #: Advice only (right-size, anomaly): never more than a notice.
     ADVISE = "advise"
+    #: GPU health (kind ``health``): the GPU needs repair or watching. Never a stop of the
+    #: holder; a failed GPU holds its holder's reclaim ladder and may drain its node (L4).
+    REPAIR = "repair"
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +254,8 @@ class Hold(StrEnum):
     OFF_HOURS = "off-hours"
     #: The workload's roll-out scope is in observe (nothing) or notify (warnings only).
     SCOPE = "scope"
+    #: A GPU it holds has failed (rule ``gpu-failed``): its low utilisation is the fault's.
+    GPU_FAULT = "gpu-fault"
 
 
 @dataclass(frozen=True, slots=True)
