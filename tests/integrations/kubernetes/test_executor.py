@@ -10,9 +10,11 @@ import pytest
 from test_source import parts_for
 
 from gpusteward.domain.errors import ExecutionError, PreflightFailed
-from gpusteward.domain.models import Decision, Level, Workload
+from gpusteward.domain.models import PROTECT_KEY, Decision, Level, Workload
 from gpusteward.integrations.kubernetes.build import KubernetesParts, restore_workload
 from gpusteward.integrations.kubernetes.control import KUBEFLOW_STOPPED_KEY, ORIGINAL_REPLICAS_KEY
+from gpusteward.integrations.kubernetes.model import PROTECT_REASON_KEY
+from gpusteward.integrations.kubernetes.scale_floor import FLOOR_REF, MIN_REPLICAS_KEY, WAKES_ON_DEMAND_KEY
 from gpusteward.runtime.config import load_settings
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -49,9 +51,17 @@ def writes(cluster: Any, resource: str) -> list[Any]:
     ]
 
 
+def wakes_on_demand(cluster: Any, name: str, ns: str = "ml") -> None:
+    """The owner says something scales the Deployment up from zero (KEDA's HTTP add-on, say)."""
+    d = cluster.get("apps", "deployments", ns, name)
+    d["metadata"].setdefault("annotations", {})[WAKES_ON_DEMAND_KEY] = "true"
+    cluster.put("apps", "deployments", d)
+
+
 def test_scale_to_zero_writes_the_original_count_in_the_same_write(
     parts: KubernetesParts, cluster: Any
 ) -> None:
+    wakes_on_demand(cluster, "llm-serve")
     w = workloads(parts)["k8s:ml/deployment/llm-serve"]
     ex = parts.executor
     assert ex.supports(w, Level.GRACEFUL_STOP)
@@ -80,7 +90,43 @@ def test_scale_to_zero_writes_the_original_count_in_the_same_write(
     assert all(e["reason"] == "IdleAllocation" and e["type"] == "Warning" for e in events)
 
 
+def test_a_service_that_cannot_wake_on_demand_keeps_its_minimum(parts: KubernetesParts, cluster: Any) -> None:
+    w = workloads(parts)["k8s:ml/deployment/llm-serve"]
+    assert w.ref[FLOOR_REF] == "1"
+    out = parts.executor.execute(stop(w), w)
+    assert out.ok, out.detail
+    assert out.verified, out.detail
+    d = cluster.get("apps", "deployments", "ml", "llm-serve")
+    assert d["spec"]["replicas"] == 1
+    assert d["metadata"]["annotations"][ORIGINAL_REPLICAS_KEY] == "2"
+    left = cluster.owned_pods("ml", d["metadata"]["uid"])
+    assert len(left) == 1
+    # Only the GPU of the pod that went is given back; the kept pod keeps its own.
+    kept = {"llm-serve-5d4ddc985d-fpddz": "GPU-llm-a", "llm-serve-5d4ddc985d-x7k2q": "GPU-llm-b"}
+    assert out.released_gpu_uuids == tuple(
+        g for p, g in kept.items() if p not in {q["metadata"]["name"] for q in left}
+    )
+    assert parts.executor.verify(stop(w), w)
+    # At its minimum it has nothing left to give back: protected (told, never stopped), with the reason.
+    again = workloads(parts)["k8s:ml/deployment/llm-serve"]
+    assert again.tag(PROTECT_KEY) == "true"
+    assert "its minimum of 1" in again.annotations[PROTECT_REASON_KEY]
+    assert WAKES_ON_DEMAND_KEY in again.annotations[PROTECT_REASON_KEY]
+    with pytest.raises(PreflightFailed):
+        parts.executor.execute(stop(again), again)
+
+
+def test_min_replicas_annotation_sets_the_floor(parts: KubernetesParts, cluster: Any) -> None:
+    d = cluster.get("apps", "deployments", "ml", "llm-serve")
+    d["metadata"].setdefault("annotations", {})[MIN_REPLICAS_KEY] = "2"
+    cluster.put("apps", "deployments", d)
+    w = workloads(parts)["k8s:ml/deployment/llm-serve"]
+    assert w.tag(PROTECT_KEY) == "true"  # 2 replicas, floor 2: nothing to give back
+    assert "its minimum of 2" in w.annotations[PROTECT_REASON_KEY]
+
+
 def test_a_409_on_scale_is_retried_with_a_fresh_object(parts: KubernetesParts, cluster: Any) -> None:
+    wakes_on_demand(cluster, "llm-serve")
     w = workloads(parts)["k8s:ml/deployment/llm-serve"]
     # Someone else writes the Deployment between our read and our write: a real 409 from a
     # stale resourceVersion, not an injected one.

@@ -17,6 +17,7 @@ from conftest import ScriptedMetrics, client_for
 from gpusteward.domain.integration import Integration
 from gpusteward.domain.models import ActionStatus
 from gpusteward.integrations.kubernetes.build import build_kubernetes
+from gpusteward.integrations.kubernetes.scale_floor import WAKES_ON_DEMAND_KEY
 from gpusteward.integrations.sim import SimClock
 from gpusteward.notify import MemoryNotifier
 from gpusteward.runtime.build import build_steward
@@ -35,6 +36,8 @@ def cluster() -> FakeCluster:
     c.put("", "nodes", node(NODE_1))
     for app in APPS:
         d, rs = deployment(app, "ml", 1)
+        # Scaled to zero only because something wakes it (a Deployment at its minimum is only told).
+        d["metadata"].setdefault("annotations", {})[WAKES_ON_DEMAND_KEY] = "true"
         c.put("apps", "deployments", d)
         c.put("apps", "replicasets", rs)
         pod = gpu_pod("pod1.json", f"{app}-5d4ddc985d-aaaaa", "ml", rs, labels={"app": app})

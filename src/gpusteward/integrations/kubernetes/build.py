@@ -28,6 +28,7 @@ from gpusteward.integrations.kubernetes.leadership import LeaseLeadership
 from gpusteward.integrations.kubernetes.model import KINDS, Protection, parse_workload_id
 from gpusteward.integrations.kubernetes.node_control import KubernetesNodeControl
 from gpusteward.integrations.kubernetes.pool_scaler import KubernetesPoolScaler
+from gpusteward.integrations.kubernetes.scale_floor import ScaleFloor
 from gpusteward.integrations.kubernetes.settings import KubernetesSourceSettings
 from gpusteward.integrations.kubernetes.source import KubernetesSource
 
@@ -51,6 +52,7 @@ def protection(cfg: KubernetesSourceSettings) -> Protection:
         allow=frozenset(cfg.namespaces),
         deny=frozenset(cfg.exclude_namespaces),
         own=own_namespace(cfg.agent_namespace),
+        floor=ScaleFloor(wake_to=cfg.scale_to_replicas, min_replicas=cfg.min_replicas),
     )
 
 

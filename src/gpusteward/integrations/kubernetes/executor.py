@@ -3,7 +3,8 @@
 L2 (graceful stop), by how the workload's unit stops (``ref["mode"]``, set by the source):
 
 - ``scale`` (Deployment, StatefulSet, LeaderWorkerSet): one JSON merge patch sets
-  ``spec.replicas`` to the configured count and writes the original count into the
+  ``spec.replicas`` to the unit's floor (``scale_floor.py``: zero only where it wakes on demand,
+  else its minimum; the pods above it go) and writes the original count into the
   ``gpusteward.io/original-replicas`` annotation in the same write, so there is never a
   scaled-down object without its way back. The patch carries the resourceVersion just
   read: a 409 Conflict re-reads the object and tries again (bounded).
@@ -43,6 +44,7 @@ from gpusteward.integrations.kubernetes.control import (
 )
 from gpusteward.integrations.kubernetes.events import EventPoster
 from gpusteward.integrations.kubernetes.podref import pods_of
+from gpusteward.integrations.kubernetes.scale_floor import FLOOR_REF
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +130,15 @@ class KubernetesExecutor:
         raise ExecutionError(f"{workload.id}: {mode} workloads get notices only")
 
     def verify(self, decision: Decision, workload: Workload) -> bool:
-        """Every pod of the workload is gone (or replaced by another incarnation)."""
+        """Every pod of the workload is gone (or replaced by another incarnation); a unit scaled to
+        its floor keeps at most that many."""
+        keep = (
+            self._floor(workload)
+            if workload.ref.get("mode") == "scale" and decision.level is Level.GRACEFUL_STOP
+            else 0
+        )
         try:
-            return not self._remaining(workload)
+            return len(self._remaining(workload)) <= keep
         except ExecutionError as e:
             log.warning("verify %s: %s", decision.idempotency_key, e)
             return False
@@ -161,11 +169,26 @@ class KubernetesExecutor:
                 left.append(name)
         return left
 
-    def _outcome(self, workload: Workload, detail: str) -> Outcome:
+    def _floor(self, workload: Workload) -> int:
+        raw = workload.ref.get(FLOOR_REF, "")
+        return int(raw) if raw.isdigit() else self.scale_to
+
+    def _outcome(self, workload: Workload, detail: str, keep: int = 0) -> Outcome:
+        """Verified once at most ``keep`` pods of this incarnation are left; the GPUs released are
+        those the workload no longer holds when read again (all of them when none is kept)."""
         left = self._remaining(workload)
+        if len(left) > keep:
+            extra = len(left) - keep
+            return Outcome(
+                True, f"{detail}; {extra} pod(s) still to terminate: {', '.join(left)}", verified=False
+            )
+        released = workload.gpu_uuids
         if left:
-            return Outcome(True, f"{detail}; pods still terminating: {', '.join(left)}", verified=False)
-        return Outcome(True, detail, verified=True, released_gpu_uuids=workload.gpu_uuids)
+            now = self.current(workload)
+            kept = set(now.gpu_uuids) if now is not None else set()
+            released = tuple(u for u in workload.gpu_uuids if u not in kept)
+            detail += f"; kept {', '.join(left)}"
+        return Outcome(True, detail, verified=True, released_gpu_uuids=released)
 
     def _write(
         self, workload: Workload, build: Callable[[dict[str, Any]], dict[str, Any] | None]
@@ -204,7 +227,7 @@ class KubernetesExecutor:
     # -- L2 ----------------------------------------------------------------------------
 
     def _scale(self, workload: Workload, decision: Decision) -> Outcome:
-        target = self.scale_to
+        target = self._floor(workload)
         now = self.clock.now()
 
         def build(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -230,9 +253,9 @@ class KubernetesExecutor:
         if result == "gone":
             return Outcome(True, f"{what} is gone", verified=True, released_gpu_uuids=workload.gpu_uuids)
         if result == "unchanged":
-            return self._outcome(workload, f"{what} already at {target} replicas or fewer")
+            return self._outcome(workload, f"{what} already at {target} replicas or fewer", target)
         return self._outcome(
-            workload, f"scaled {what} to {target} (original count in {ORIGINAL_REPLICAS_KEY})"
+            workload, f"scaled {what} to {target} (original count in {ORIGINAL_REPLICAS_KEY})", target
         )
 
     def _stop_notebook(self, workload: Workload, decision: Decision) -> Outcome:

@@ -24,6 +24,7 @@ from gpusteward.domain.models import (
 )
 from gpusteward.integrations.kubernetes.kubeapi import Resource
 from gpusteward.integrations.kubernetes.podref import PODS_KEY, encode_pods
+from gpusteward.integrations.kubernetes.scale_floor import FLOOR_REF, ScaleFloor, at_floor, replicas_of
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -268,6 +269,8 @@ class Protection:
     allow: frozenset[str] = frozenset()
     deny: frozenset[str] = frozenset()
     own: str = ""
+    #: How far a scaled unit may go: a service at its floor is protected too.
+    floor: ScaleFloor = field(default_factory=ScaleFloor)
 
     def reason(self, namespace: str) -> str | None:
         if namespace in ALWAYS_EXCLUDED:
@@ -330,6 +333,9 @@ def build_workload(
     why = protection.reason(ns)
     if why is None and mode is Mode.NEVER:
         why = f"{unit.kind} {unit.name} is never stopped (a DaemonSet or static pod)"
+    floor, floor_why = protection.floor.of({**pods[0].labels, **pods[0].annotations, **labels, **annotations})
+    if why is None and mode is Mode.SCALE:
+        why = at_floor(unit.kind, unit.name, replicas_of(unit.obj), floor, floor_why)
     if why is not None:
         annotations[PROTECT_KEY] = "true"
         annotations[PROTECT_REASON_KEY] = why
@@ -350,6 +356,7 @@ def build_workload(
         "plural": res.plural if res else "pods",
         "mode": mode.value,
         PODS_KEY: encode_pods((p.name, p.uid) for p in pods),
+        FLOOR_REF: str(floor),
         "node": ",".join(sorted({p.node for p in pods})),
         "containers": ",".join(sorted({c for p in pods for c in p.containers})),
     }

@@ -55,7 +55,15 @@ class KubernetesSourceSettings(BaseModel):
         0,
         ge=0,
         le=100_000,
-        description="L2 on a Deployment/StatefulSet/LeaderWorkerSet scales it to this many replicas.",
+        description="L2 scales a Deployment/StatefulSet/LeaderWorkerSet that wakes on demand "
+        "(annotation gpusteward.io/wakes-on-demand=true: KEDA HTTP add-on, an activator) to this many.",
+    )
+    min_replicas: int = Field(
+        1,
+        ge=0,
+        le=100_000,
+        description="L2 scales any other service down to this many (or its gpusteward.io/min-replicas); "
+        "one already there is told, never stopped.",
     )
     eviction_grace_seconds: int | None = Field(
         None,
