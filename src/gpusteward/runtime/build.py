@@ -21,6 +21,7 @@ from gpusteward.runtime.insights import build_insights
 from gpusteward.runtime.loop import Steward
 from gpusteward.runtime.notify_wiring import build_notifier
 from gpusteward.runtime.parking_step import build_parking
+from gpusteward.runtime.queues import QueueReader
 from gpusteward.runtime.registry import build_integration, build_leadership
 from gpusteward.runtime.rollout_step import RolloutStep
 from gpusteward.runtime.runner import ActionRunner
@@ -109,6 +110,7 @@ def build_steward(
         stale_after_s=settings.analysis.stale_after_seconds,
         backoff_max_s=settings.source.backoff_max_seconds,
     )
+    steward.queues = QueueReader.of([integration])
     steward.insights = build_insights(settings, store)
     steward.gaps = build_gap_history(rules, store)
     steward.rollout = RolloutStep(store, settings.policy)

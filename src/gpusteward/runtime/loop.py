@@ -54,6 +54,7 @@ from gpusteward.runtime.ledger_recorder import LedgerRecorder
 from gpusteward.runtime.logs import log_context, new_tick_id, tick_id
 from gpusteward.runtime.parking_step import ParkingStep
 from gpusteward.runtime.planning import plan_ladders, save_ladders, with_runner_holds
+from gpusteward.runtime.queues import QueueReader
 from gpusteward.runtime.reconcile import Judgement, Reconciler
 from gpusteward.runtime.rollout_step import RolloutStep
 from gpusteward.runtime.runner import ActionResult, ActionRunner
@@ -103,6 +104,7 @@ class Steward:
     consolidation: ConsolidationStep | None = None
     #: Roll-out scopes' stages into the plan; stops, false kills, reclaim counts: runtime/rollout_step.py.
     rollout: RolloutStep | None = None
+    queues: QueueReader = field(default_factory=QueueReader)  #: schedulers' queues, read each tick
     #: Who may act when two replicas run (None: this one always does).
     leadership: Leadership | None = None
     #: Shift stored ladder times by a wall-clock step (on with the system clock; simulated
@@ -168,6 +170,7 @@ class Steward:
         # 1. Sense.
         obs, error = self._observe(now)
         errors = [error] if error else []
+        queue = self.queues.read(now, errors)  # a queue that fails is an error line, never the tick's end
         if obs is not None:
             self.workloads = self.ingest(obs)
             errors.extend(obs.errors)
@@ -186,6 +189,7 @@ class Steward:
             paused=False,
             errors=tuple(errors),
             leader=False,
+            queue=queue,
         )
         # 3. The leader gate: a follower has sensed and analysed, and decides and does nothing.
         if not self._lead(now):
@@ -209,6 +213,7 @@ class Steward:
             dry_run=self.dry_run,
             unsnoozable_rules=self.unsnoozable_rules,
             also={d.workload_id for d in infra},
+            queue=queue,
             **(self.rollout.inputs() if self.rollout is not None else {}),
         )
         infra = hold_for_approval(infra, ladders.approvals, now, self.policy.approval)

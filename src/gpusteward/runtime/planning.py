@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from gpusteward.analysis.engine import AnalysisResult
 from gpusteward.domain.models import Decision, Gpu, Hold, LadderState, Level, Workload
+from gpusteward.domain.queue import Queue
 from gpusteward.domain.store_ports import Controls, LadderStore, TickStore
 from gpusteward.policy import PolicyInput, PolicySettings, decide
 from gpusteward.policy.decide import PolicyResult
@@ -47,6 +48,7 @@ def plan_ladders(
     also: Collection[str] = (),
     stages: Mapping[str, Stage] | None = None,
     slowed: Mapping[str, float] | None = None,
+    queue: Queue | None = None,
 ) -> LadderPlan:
     """The ladder decisions of this tick; ``also`` names more workloads whose approvals are read
     (the nodes and pools the L4 plans name)."""
@@ -90,6 +92,7 @@ def plan_ladders(
             unsnoozable_rules=unsnoozable_rules,
             stages=stages or {},
             slowed=slowed or {},
+            queue=queue,
         ),
         policy,
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpusteward.domain.models import Decision, Finding
+from gpusteward.domain.queue import Queue
 from gpusteward.runtime.runner import ActionResult
 
 
@@ -25,3 +26,5 @@ class TickReport:
     errors: tuple[str, ...] = ()
     #: False on a follower replica: it sensed and analysed, but decided and did nothing.
     leader: bool = True
+    #: The schedulers' queues merged, as read this tick; None when no queue was read.
+    queue: Queue | None = None
