@@ -39,5 +39,6 @@ def build(cfg: SimSourceSettings, ctx: BuildContext) -> Integration:
         executors=[SimExecutor(cluster)],
         history=history,
         node_control=SimNodeControl(cluster),
+        queue=cluster.queue,
         ground_truth=cluster,
     )

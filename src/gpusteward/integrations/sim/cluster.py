@@ -21,10 +21,14 @@ from gpusteward.domain.classes import CLASS_KEY
 from gpusteward.domain.models import PROTECT_KEY, Gpu, Observation, Owner, Sample, Workload
 from gpusteward.integrations.sim.behaviours import CHECKPOINTS, Behaviour, Mode
 from gpusteward.integrations.sim.ground_truth import GroundTruth
+from gpusteward.integrations.sim.health import HealthModel, draw
 from gpusteward.integrations.sim.runs import Run
-from gpusteward.integrations.sim.scenarios import Arrival, Row, Scenario, arrivals_for_day, resolve
+from gpusteward.integrations.sim.sampling import freeze_stale
+from gpusteward.integrations.sim.sampling import samples as to_samples
+from gpusteward.integrations.sim.scenarios import Arrival, Row, Scenario, arrivals_for_day, resolve, scaled
 from gpusteward.integrations.sim.signals import render
 from gpusteward.integrations.sim.truth import EndHow, Event, Truth
+from gpusteward.integrations.sim.waiting import Waiting
 
 DEFAULT_START = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)
 DAY_S = 86400.0
@@ -44,8 +48,9 @@ def _hour_of_day(at: datetime) -> float:
 _CLASS = {Behaviour.INFERENCE: "service", Behaviour.SERVING: "service", Behaviour.NOTEBOOK: "interactive"}
 
 
-class SimCluster(GroundTruth):
-    """A simulated GPU cluster. ``nodes``/``gpus_per_node`` default to the scenario's size."""
+class SimCluster(GroundTruth, Waiting):
+    """A simulated GPU cluster. ``nodes``/``gpus_per_node`` default to the scenario's size;
+    ``failing_gpus``/``throttling_gpus`` to the scenario's (``health.py``)."""
 
     def __init__(
         self,
@@ -60,6 +65,8 @@ class SimCluster(GroundTruth):
         drop_rate: float = 0.0,
         stale_gpus: Collection[str] = (),
         source_name: str = "sim",
+        failing_gpus: int | None = None,
+        throttling_gpus: int | None = None,
     ) -> None:
         if start.tzinfo is None:
             raise ValueError("start must be timezone-aware")
@@ -94,6 +101,10 @@ class SimCluster(GroundTruth):
         self._uuids = [g.uuid for g in self.gpus]
         self._index = {u: i for i, u in enumerate(self._uuids)}
         n_gpus = len(self.gpus)
+        sc = self.scenario
+        failing = scaled(sc, sc.failing_gpus, n_gpus) if failing_gpus is None else failing_gpus
+        throttling = scaled(sc, sc.throttling_gpus, n_gpus) if throttling_gpus is None else throttling_gpus
+        self.health = HealthModel(n_gpus, *draw(seed, n_gpus, failing, throttling))
         self._holder: list[Run | None] = [None] * n_gpus
         self._free_keys = (np.arange(n_gpus, dtype=np.uint64) + np.uint64(seed % (1 << 32))) << np.uint64(32)
         self._keys = self._free_keys.copy()
@@ -182,7 +193,9 @@ class SimCluster(GroundTruth):
         if not self._queue:
             return
         gpn = self.gpus_per_node
-        free = [sum(h is None for h in self._holder[n * gpn : (n + 1) * gpn]) for n in range(self.nodes)]
+        # A failed GPU is withdrawn from scheduling (device plugin, node health check).
+        usable = [h is None and not self.health.failed(i, t) for i, h in enumerate(self._holder)]
+        free = [sum(usable[n * gpn : (n + 1) * gpn]) for n in range(self.nodes)]
         parked = {n for n in range(self.nodes) if self.gpus[n * gpn].node in self.parked_nodes}
         waiting: list[Arrival] = []
         for arrival in self._queue:
@@ -191,8 +204,10 @@ class SimCluster(GroundTruth):
                 waiting.append(arrival)
                 continue
             node = min(fits, key=lambda n: free[n])
-            idx = [i for i in range(node * gpn, (node + 1) * gpn) if self._holder[i] is None][: arrival.gpus]
+            idx = [i for i in range(node * gpn, (node + 1) * gpn) if usable[i]][: arrival.gpus]
             free[node] -= arrival.gpus
+            for i in idx:
+                usable[i] = False
             self._start(arrival, t, idx)
         self._queue = waiting
 
@@ -219,6 +234,8 @@ class SimCluster(GroundTruth):
             wid, plan.behaviour, wasteful, row.protect, arrival.gpus, self._dt(t), self._dt(t + plan.run_s)
         )
         run = Run(arrival, t, idx, workload, truth)
+        stuck = float(self.health.fail_s[idx].min())
+        run.stuck_s = stuck if stuck < _INF else None
         for slot, i in enumerate(idx):
             active = slot < plan.active_gpus
             self._holder[i] = run
@@ -267,6 +284,8 @@ class SimCluster(GroundTruth):
         frac = np.zeros(n + 1)
         for k, run in enumerate(self._running):
             modes[k], frac[k] = run.plan.mode_at(t - run.start_s)
+            if run.stuck_s is not None and t >= run.stuck_s:  # hung on a failed GPU: nothing moves
+                modes[k] = Mode.DEAD
         gpu_modes = np.where(self._active, modes[self._pos], Mode.IDLE_EMPTY)
         m = render(
             modes=gpu_modes,
@@ -278,35 +297,10 @@ class SimCluster(GroundTruth):
             hour_of_day=_hour_of_day(now),
             drop_rate=self.drop_rate,
         )
-        cols = zip(
-            self._uuids,
-            m.dropped.tolist(),
-            m.util.tolist(),
-            m.mem.tolist(),
-            m.power.tolist(),
-            m.temp.tolist(),
-            m.sm.tolist(),
-            m.rx.tolist(),
-            m.tx.tolist(),
-            m.cpu.tolist(),
-            strict=True,
-        )
-        samples = [
-            Sample(u, now) if dropped else Sample(u, now, ut, mem, pw, tc, sm, rx, tx, cpu)
-            for u, dropped, ut, mem, pw, tc, sm, rx, tx, cpu in cols
-        ]
+        samples = to_samples(now, self._uuids, m, self.health.read(t))
         if self.stale_gpus or self._frozen:
-            self._apply_stale(samples)
+            freeze_stale(samples, self._frozen, self.stale_gpus, self._index)
         return Observation(now, self.gpus, tuple(samples), self._workloads)
-
-    def _apply_stale(self, samples: list[Sample]) -> None:
-        for uuid in list(self._frozen):
-            if uuid not in self.stale_gpus:
-                del self._frozen[uuid]
-        for uuid in self.stale_gpus:
-            i = self._index.get(uuid)
-            if i is not None:
-                samples[i] = self._frozen.setdefault(uuid, samples[i])
 
     # ----- actuation --------------------------------------------------------------------
     def _live(self, workload_id: str, at: datetime) -> tuple[Run, float] | None:
@@ -334,7 +328,10 @@ class SimCluster(GroundTruth):
         self._event(t, run, "checkpoint")
         plan = run.plan
         wasteful = plan.wasteful_from_s is not None and t - run.start_s >= plan.wasteful_from_s
-        if plan.behaviour in CHECKPOINTS or (plan.behaviour is Behaviour.ZOMBIE and not wasteful):
+        hung = run.stuck_s is not None and t >= run.stuck_s
+        if not hung and (
+            plan.behaviour in CHECKPOINTS or (plan.behaviour is Behaviour.ZOMBIE and not wasteful)
+        ):
             self._schedule_exit(run, t + CHECKPOINT_EXIT_S, EndHow.CHECKPOINTED)
         self._advance(self._t)
         return True

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from gpusteward.domain.models import Gpu
 from gpusteward.integrations.sim.behaviours import Mode
+from gpusteward.integrations.sim.health import HealthModel
 from gpusteward.integrations.sim.runs import Run, ending_of, score_runs
-from gpusteward.integrations.sim.truth import Ending, Score, Truth
+from gpusteward.integrations.sim.truth import Ending, GpuFailure, Score, Truth
 
 
 class GroundTruth:
     start: datetime
+    gpus: tuple[Gpu, ...]
+    health: HealthModel
     #: Every workload that has started, by id.
     _runs: dict[str, Run]
     #: Seconds since ``start`` the cluster has been advanced to.
@@ -54,3 +58,33 @@ class GroundTruth:
         """Waste, reclaimed GPU-hours and false stops over [start, until) (default: now)."""
         u = self._t if until is None else self._offset(until)
         return score_runs(self._runs.values(), u, self._dt)
+
+    def failures(self, until: datetime | None = None) -> tuple[GpuFailure, ...]:
+        """GPUs that failed by ``until`` (default: now), with the workload that hung on each."""
+        u = self._t if until is None else self._offset(until)
+        stuck = {
+            i: r.workload.id
+            for r in self._runs.values()
+            if r.stuck_s is not None
+            for i in r.gpu_idx
+            if self.health.fail_s[i] == r.stuck_s
+        }
+        return tuple(
+            GpuFailure(
+                self.gpus[f.gpu].uuid,
+                self.gpus[f.gpu].node,
+                self._dt(f.degrade_s),
+                f.precursor_xid,
+                self._dt(f.precursor_s),
+                f.xid,
+                self._dt(f.fail_s),
+                stuck.get(f.gpu),
+            )
+            for f in self.health.faults
+            if f.fail_s <= u
+        )
+
+    def stuck_at(self, workload_id: str) -> datetime | None:
+        """When it hung on a failed GPU (None: it never did, or not yet)."""
+        run = self._runs[workload_id]
+        return None if run.stuck_s is None or run.stuck_s > self._t else self._dt(run.stuck_s)

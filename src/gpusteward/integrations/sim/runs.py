@@ -27,6 +27,7 @@ class Run:
         "plan",
         "start_s",
         "stop_s",
+        "stuck_s",
         "terminate_s",
         "truth",
         "workload",
@@ -49,6 +50,8 @@ class Run:
         #: The first stop action that reached it.
         self.stop_s: float | None = None
         self.killed = False
+        #: When a GPU it holds fails and it hangs (None: never), set by the cluster.
+        self.stuck_s: float | None = None
         self.ended_s: float | None = None
         self.ended_how: EndHow | None = None
 

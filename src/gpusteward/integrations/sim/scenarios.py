@@ -61,6 +61,9 @@ class Scenario:
     repeat_daily: bool = True
     #: Scale counts by the cluster's GPU count relative to nodes * gpus_per_node.
     scale: bool = True
+    #: GPUs that degrade and then fail, and healthy GPUs that throttle for a while (``health.py``).
+    failing_gpus: int = 0
+    throttling_gpus: int = 0
 
 
 # fmt: off
@@ -110,7 +113,7 @@ SMALL_ROWS: tuple[Row, ...] = (
 # fmt: on
 
 SCENARIOS: Mapping[str, Scenario] = {
-    "default": Scenario("default", DEFAULT_ROWS, nodes=8, gpus_per_node=8),
+    "default": Scenario("default", DEFAULT_ROWS, nodes=8, gpus_per_node=8, failing_gpus=2, throttling_gpus=2),
     "small": Scenario("small", SMALL_ROWS, nodes=2, gpus_per_node=4, repeat_daily=False, scale=False),
 }
 
@@ -127,6 +130,13 @@ class Arrival:
     plan: Plan
     #: Seed of the workload's own noise stream.
     key: int
+
+
+def scaled(scenario: Scenario, count: int, total_gpus: int) -> int:
+    """``count`` per the scenario's size, for a cluster of ``total_gpus``."""
+    if not scenario.scale:
+        return count
+    return int(count * total_gpus / (scenario.nodes * scenario.gpus_per_node) + 0.5)
 
 
 def _draw(rng: np.random.Generator, span: Span) -> float:

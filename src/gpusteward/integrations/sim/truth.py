@@ -72,3 +72,18 @@ class Score:
     reclaimed_gpu_hours: float
     #: GPU-hours of productive work lost to false stops.
     lost_gpu_hours: float
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFailure:
+    """A GPU that failed (``health.py``): when it began to degrade, its precursor, its failure."""
+
+    gpu_uuid: str
+    node: str
+    degrading_from: datetime
+    precursor_xid: int
+    precursor_at: datetime
+    xid: int
+    failed_at: datetime
+    #: The workload that hung on it (held it when it failed), if any.
+    stuck_workload: str | None
