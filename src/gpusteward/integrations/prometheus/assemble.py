@@ -29,6 +29,7 @@ from gpusteward.integrations.prometheus.parse import (
     LabelMap,
     MetricSpec,
     clean_value,
+    derive_health,
     identify_gpu,
     identify_holder,
 )
@@ -165,6 +166,7 @@ class Assembler:
                     mem_total[uuid] = total
             if util not in vals and GR_ENGINE in vals:
                 vals[util] = vals[GR_ENGINE]
+            derive_health(vals)
             fields = {k: v for k, v in vals.items() if k in SAMPLE_FIELDS}
             if fields:
                 group[0].append(Sample(gpu_uuid=uuid, at=utc(cell.at), **fields))

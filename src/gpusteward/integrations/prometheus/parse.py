@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
+from gpusteward.domain import health
 from gpusteward.domain.models import Metric, WorkloadKind
 
 MIB = 1024.0 * 1024.0
@@ -28,8 +29,20 @@ GR_ENGINE = "gr_engine_pct"
 INFO = "info"
 #: A per-process series: it only says who holds the GPU (pod / Slurm job labels).
 HOLDER = "holder"
+#: Health parts that ``derive_health`` folds into ``Sample`` fields: retired pages by cause and
+#: pending, remapped rows by kind (summed into ``retired_pages``; pending counts as a failure),
+#: and the clocks-event (throttle) reasons bitmask (→ ``throttled``).
+RETIRED_SBE = "retired_sbe_pages"
+RETIRED_DBE = "retired_dbe_pages"
+RETIRED_PENDING = "retired_pending"
+REMAPPED_CORR = "remapped_rows_correctable"
+REMAPPED_UNC = "remapped_rows_uncorrectable"
+CLOCK_REASONS = "clock_event_reasons"
+HEALTH_PARTS = frozenset(
+    {RETIRED_SBE, RETIRED_DBE, RETIRED_PENDING, REMAPPED_CORR, REMAPPED_UNC, CLOCK_REASONS}
+)
 SAMPLE_FIELDS = frozenset(m.value for m in Metric)
-FIELDS = SAMPLE_FIELDS | {MEM_FREE, MEM_RESERVED, MEM_TOTAL, GR_ENGINE, INFO, HOLDER}
+FIELDS = SAMPLE_FIELDS | HEALTH_PARTS | {MEM_FREE, MEM_RESERVED, MEM_TOTAL, GR_ENGINE, INFO, HOLDER}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +68,20 @@ DEFAULT_SPECS: Mapping[str, MetricSpec] = MappingProxyType(
         "DCGM_FI_PROF_SM_ACTIVE": MetricSpec(Metric.SM_ACTIVE.value, 100.0, "dcgm"),
         "DCGM_FI_PROF_PCIE_RX_BYTES": MetricSpec(Metric.PCIE_RX.value, 1.0, "dcgm"),
         "DCGM_FI_PROF_PCIE_TX_BYTES": MetricSpec(Metric.PCIE_TX.value, 1.0, "dcgm"),
+        # dcgm-exporter health (optional: a GPU without them gets None). XID_ERRORS is the
+        # code of the last Xid; the rest are the driver's volatile counters and flags.
+        "DCGM_FI_DEV_XID_ERRORS": MetricSpec(Metric.XID.value, 1.0, "dcgm"),
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": MetricSpec(Metric.ECC_DBE.value, 1.0, "dcgm"),
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": MetricSpec(Metric.ECC_SBE.value, 1.0, "dcgm"),
+        "DCGM_FI_DEV_RETIRED_SBE": MetricSpec(RETIRED_SBE, 1.0, "dcgm"),
+        "DCGM_FI_DEV_RETIRED_DBE": MetricSpec(RETIRED_DBE, 1.0, "dcgm"),
+        "DCGM_FI_DEV_RETIRED_PENDING": MetricSpec(RETIRED_PENDING, 1.0, "dcgm"),
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": MetricSpec(REMAPPED_CORR, 1.0, "dcgm"),
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": MetricSpec(REMAPPED_UNC, 1.0, "dcgm"),
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": MetricSpec(Metric.REMAP_FAILURE.value, 1.0, "dcgm"),
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": MetricSpec(CLOCK_REASONS, 1.0, "dcgm"),
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": MetricSpec(CLOCK_REASONS, 1.0, "dcgm"),  # DCGM 3.3+ name
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": MetricSpec(Metric.PCIE_REPLAY.value, 1.0, "dcgm"),
         # Princeton jobstats (nvidia_gpu_prometheus_exporter fork)
         "nvidia_gpu_duty_cycle": MetricSpec(Metric.GPU_UTIL.value, 1.0, "jobstats"),
         "nvidia_gpu_memory_used_bytes": MetricSpec(Metric.MEM_USED.value, 1 / MIB, "jobstats"),
@@ -77,6 +104,14 @@ DEFAULT_SPECS: Mapping[str, MetricSpec] = MappingProxyType(
         "gpusteward_gpu_pcie_rx_bytes_per_second": MetricSpec(Metric.PCIE_RX.value, 1.0, "gpusteward"),
         "gpusteward_gpu_pcie_tx_bytes_per_second": MetricSpec(Metric.PCIE_TX.value, 1.0, "gpusteward"),
         "gpusteward_gpu_info": MetricSpec(INFO, 1.0, "gpusteward"),
+        "gpusteward_gpu_xid_code": MetricSpec(Metric.XID.value, 1.0, "gpusteward"),
+        "gpusteward_gpu_xid_fatal": MetricSpec(Metric.XID_FATAL.value, 1.0, "gpusteward"),
+        "gpusteward_gpu_ecc_uncorrected_errors": MetricSpec(Metric.ECC_DBE.value, 1.0, "gpusteward"),
+        "gpusteward_gpu_ecc_corrected_errors": MetricSpec(Metric.ECC_SBE.value, 1.0, "gpusteward"),
+        "gpusteward_gpu_retired_pages": MetricSpec(Metric.RETIRED_PAGES.value, 1.0, "gpusteward"),
+        "gpusteward_gpu_row_remap_failure": MetricSpec(Metric.REMAP_FAILURE.value, 1.0, "gpusteward"),
+        "gpusteward_gpu_throttled": MetricSpec(Metric.THROTTLED.value, 1.0, "gpusteward"),
+        "gpusteward_gpu_pcie_replays": MetricSpec(Metric.PCIE_REPLAY.value, 1.0, "gpusteward"),
         "gpusteward_process_gpu_memory_used_bytes": MetricSpec(HOLDER, 1.0, "gpusteward"),
     }
 )
@@ -221,3 +256,24 @@ def clean_value(raw: str | float, scale: float) -> float | None:
     if not math.isfinite(v) or v < 0 or v >= _FP64_BLANK or INT32_BLANK <= v <= 0x7FFFFFFF:
         return None
     return v * scale
+
+
+def derive_health(values: dict[str, float]) -> None:
+    """Fold one GPU's health parts into ``Sample`` fields, in place. A field stays absent
+    (None) unless a series fed it: no health series is no reading, never a healthy 0."""
+    xid = values.get(Metric.XID.value)
+    if xid is not None and Metric.XID_FATAL.value not in values:
+        values[Metric.XID_FATAL.value] = float(health.xid_fatal(int(xid)))
+    if Metric.RETIRED_PAGES.value not in values:
+        # Remapped rows (Ampere and newer) where the GPU has them, else retired pages.
+        for parts in ((REMAPPED_CORR, REMAPPED_UNC), (RETIRED_SBE, RETIRED_DBE)):
+            known = [values[p] for p in parts if p in values]
+            if known:
+                values[Metric.RETIRED_PAGES.value] = sum(known)
+                break
+    if RETIRED_PENDING in values:
+        pending = float(values[RETIRED_PENDING] > 0)
+        values[Metric.REMAP_FAILURE.value] = max(values.get(Metric.REMAP_FAILURE.value, 0.0), pending)
+    reasons = values.get(CLOCK_REASONS)
+    if reasons is not None and Metric.THROTTLED.value not in values:
+        values[Metric.THROTTLED.value] = float(health.throttled(int(reasons)))

@@ -15,7 +15,12 @@ class MetricOverride(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    field: str = Field(description="gpu_util_pct, mem_used_mib, ..., mem_total_mib, gr_engine_pct.")
+    field: str = Field(
+        description="gpu_util_pct, mem_used_mib, ..., mem_total_mib, gr_engine_pct; health: xid_code, "
+        "ecc_dbe_count, ecc_sbe_count, retired_pages (or retired_sbe_pages + retired_dbe_pages, "
+        "remapped_rows_correctable + remapped_rows_uncorrectable), row_remap_failure, retired_pending, "
+        "throttled (or clock_event_reasons, a bitmask), pcie_replay_count."
+    )
     scale: float = Field(
         1.0, ge=-1e12, le=1e12, description="Multiplier into the field's unit (1/1048576 for bytes → MiB)."
     )
