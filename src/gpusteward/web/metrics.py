@@ -14,7 +14,10 @@ from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from gpusteward.analysis.queue_figures import queue_figures
+from gpusteward.domain.health import Health
 from gpusteward.domain.models import ActionStatus, Gpu, Level, RuleAction
+from gpusteward.domain.queue import Queue
 from gpusteward.runtime.loop import Steward
 from gpusteward.runtime.tick_report import TickReport
 
@@ -77,6 +80,26 @@ class StewardMetrics:
             "Share of L2+ action attempts that freed their GPUs (verified), per executor.",
             ("executor",),
         )
+        self.gpu_health = gauge(
+            "gpusteward_gpu_health",
+            "GPUs per health state (GPUs without health data not counted).",
+            ("state",),
+        )
+        self.jobs_waiting = gauge(
+            "gpusteward_jobs_waiting", "Jobs waiting in the scheduler, per queue.", ("queue",)
+        )
+        self.gpus_waited_for = gauge(
+            "gpusteward_gpus_waited_for",
+            'GPUs asked for by jobs waiting on free GPUs, per queue and model ("any": no model asked).',
+            ("queue", "model"),
+        )
+        self.queue_time = gauge(
+            "gpusteward_queue_time_seconds",
+            "Queue time (start - submit) of recently started jobs, per queue.",
+            ("queue", "quantile"),
+        )
+        # The queue series set last tick, so those of queues that emptied are removed, not left stale.
+        self._queue_series: dict[Gauge, set[tuple[str, ...]]] = {}
         self._counted_false_kills = 0
         self._kinds: set[str] = set()
         self._freed: dict[str, tuple[float, str]] = {}
@@ -107,8 +130,40 @@ class StewardMetrics:
             d = a.decision
             self.actions.labels(d.step or "-", d.level.label, a.status.value).inc()
         self._accrue_savings(steward, report)
+        self._health(report)
+        self._queue(report.queue)
         if steward.rollout is not None and report.leader:
             self._safety(steward)
+
+    def _health(self, report: TickReport) -> None:
+        states = Tally(getattr(report, "health", {}).values())
+        for state in Health:
+            self.gpu_health.labels(state.value).set(states.get(state, 0))
+
+    def _queue(self, queue: Queue | None) -> None:
+        """The queue gauges; with no queue read this tick, none at all (unknown is not zero)."""
+        now: dict[Gauge, dict[tuple[str, ...], float]] = {
+            self.jobs_waiting: {},
+            self.gpus_waited_for: {},
+            self.queue_time: {},
+        }
+        if queue is not None:
+            fig = queue_figures(queue)
+            for name, waiting in fig.by_queue.items():
+                now[self.jobs_waiting][(name,)] = waiting.jobs
+                mine = Queue(queue.at, tuple(p for p in queue.pending if p.queue == name))
+                for model, w in queue_figures(mine).by_model.items():
+                    now[self.gpus_waited_for][(name, model or "any")] = w.gpus
+            for name, t in fig.time_by_queue.items():
+                if t.p50_s is not None and t.p95_s is not None:
+                    now[self.queue_time][(name, "0.5")] = t.p50_s
+                    now[self.queue_time][(name, "0.95")] = t.p95_s
+        for g, values in now.items():
+            for gone in self._queue_series.get(g, set()) - set(values):
+                g.remove(*gone)
+            for labels, v in values.items():
+                g.labels(*labels).set(v)
+            self._queue_series[g] = set(values)
 
     def _safety(self, steward: Steward) -> None:
         """The live safety figures from the leader's record (which survives restarts)."""
