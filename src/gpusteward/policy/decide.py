@@ -26,7 +26,7 @@ from gpusteward.domain.models import (
     Workload,
 )
 from gpusteward.domain.queue import Queue
-from gpusteward.policy import guards, ladder, owner
+from gpusteward.policy import guards, health, ladder, owner
 from gpusteward.policy.ladder import Step
 from gpusteward.policy.owner import ApprovalView, SnoozeView
 from gpusteward.policy.scope_settings import Stage
@@ -117,22 +117,9 @@ def _driver(findings: Sequence[Finding]) -> Finding | None:
     return max(pool, key=_waste) if pool else None
 
 
-def _gpu_names(uuids: Sequence[str], gpus: Mapping[str, Gpu]) -> str:
-    names = [gpus[u].display if u in gpus else u for u in uuids]
-    if len(names) > 4:
-        return ", ".join(names[:4]) + f" and {len(names) - 4} more"
-    return ", ".join(names) or "no known GPU"
-
-
 def _seen(f: Finding, gpus: Mapping[str, Gpu]) -> str:
-    """What was seen: rule, GPUs, minutes and money, in one sentence."""
-    n = len(f.gpu_uuids)
-    what = f.message.strip().rstrip(".") if f.message.strip() else f.kind
-    return (
-        f"{f.rule}: {what} on {n} GPU{'s' if n != 1 else ''} ({_gpu_names(f.gpu_uuids, gpus)}) "
-        f"for {f.wasted_minutes:.0f} min, {f.wasted_gpu_hours:.1f} GPU-hours costing "
-        f"{f.wasted_cost:.2f} so far."
-    )
+    """What was seen: rule, GPUs, minutes and money (a health finding: the fault), in one sentence."""
+    return health.seen(f, gpus)
 
 
 def _join(*parts: str) -> str:
@@ -336,6 +323,7 @@ def decide(inp: PolicyInput, settings: PolicySettings) -> PolicyResult:
     for f in inp.findings:
         if f.workload_id is not None:  # waste on GPUs no workload holds has nobody to act on
             by_workload.setdefault(f.workload_id, []).append(f)
+    faulted = health.set_aside(by_workload, inp.workloads)  # on a failed GPU: never idle
     plans: dict[str, _Plan] = {}
     for wid in sorted(set(by_workload) | set(inp.states)):
         found = by_workload.get(wid, [])
@@ -384,9 +372,13 @@ def decide(inp: PolicyInput, settings: PolicySettings) -> PolicyResult:
                 reason = _acting_reason(p, state, now, settings)
                 if p.approved_by:
                     reason = f"{reason} Approved by {p.approved_by}."
-        step = p.step.name if p.step else ""
+        step, hold = (p.step.name if p.step else ""), p.hold
+        if wid in faulted:
+            acting = bool(step) and hold is Hold.NONE
+            drain = settings.health.drain_failed_nodes
+            hold, reason = health.held(hold, reason, p.seen, acting=acting, finding=p.finding, drain=drain)
         decisions.append(
-            Decision(wid, now, level, step, reason, p.hold, p.rule, p.gpu_uuids, idempotency_key=key)
+            Decision(wid, now, level, step, reason, hold, p.rule, p.gpu_uuids, idempotency_key=key)
         )
         if state is not None and not p.clear:
             if state != inp.states.get(wid):

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gpusteward.domain.classes import WorkloadClass
 from gpusteward.domain.models import PROTECT_KEY, Level
+from gpusteward.policy.health_settings import HealthSettings
 from gpusteward.policy.scope_settings import DefaultScopeSettings, RolloutSettings, ScopeSettings
 
 
@@ -267,6 +268,9 @@ class PolicySettings(_Strict):
     )
     demand: DemandSettings = Field(
         default_factory=DemandSettings, description="How waiting jobs change the ladder's pace."
+    )
+    health: HealthSettings = Field(
+        default_factory=HealthSettings, description="What a failed, degrading or throttled GPU leads to."
     )
     max_level: Level = Field(
         Level.FORCE,
