@@ -98,6 +98,56 @@ def gpu_pod(
     return pod
 
 
+def unschedulable_gpu_pod(
+    name: str,
+    namespace: str,
+    *,
+    gpus: int = 1,
+    created: str = STARTED,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    node_selector: dict[str, str] | None = None,
+    affinity: Obj | None = None,
+) -> Obj:
+    """A GPU pod the scheduler could not place. Derived from the real Pending pod ``pod3.json``
+    (the data set has no Unschedulable pod): no node, and the ``PodScheduled`` condition the
+    scheduler writes when no node has a free GPU (reason and message in kube-scheduler's words)."""
+    pod = gpu_pod("pod3.json", name, namespace, None, gpus=gpus, labels=labels)
+    pod["metadata"]["creationTimestamp"] = created
+    pod["metadata"]["annotations"] = {**pod["metadata"].get("annotations", {}), **(annotations or {})}
+    pod["spec"].pop("nodeName", None)
+    if node_selector:
+        pod["spec"]["nodeSelector"] = node_selector
+    if affinity:
+        pod["spec"]["affinity"] = affinity
+    status = pod["status"]
+    for k in ("hostIP", "startTime", "containerStatuses"):
+        status.pop(k, None)
+    status["phase"] = "Pending"
+    status["conditions"] = [
+        {
+            "lastProbeTime": None,
+            "lastTransitionTime": created,
+            "message": f"0/2 nodes are available: 2 Insufficient {'nvidia.com/gpu'}. preemption: 0/2 nodes "
+            "are available: 2 No preemption victims found for incoming pod.",
+            "reason": "Unschedulable",
+            "status": "False",
+            "type": "PodScheduled",
+        }
+    ]
+    return pod
+
+
+def scheduled_gpu_pod(name: str, namespace: str, *, created: str, scheduled: str, gpus: int = 1) -> Obj:
+    """A GPU pod placed at ``scheduled`` after being created at ``created`` (from ``pod1.json``)."""
+    pod = gpu_pod("pod1.json", name, namespace, None, gpus=gpus)
+    pod["metadata"]["creationTimestamp"] = created
+    for c in pod["status"]["conditions"]:
+        if c["type"] == "PodScheduled":
+            c["lastTransitionTime"] = scheduled
+    return pod
+
+
 def node(name: str, gpus: int = 8) -> Obj:
     n = _clean_meta(copy.deepcopy(load("core.v1.Node.json")), name, None)
     n["metadata"]["labels"] = {

@@ -28,6 +28,7 @@ from gpusteward.integrations.kubernetes.leadership import LeaseLeadership
 from gpusteward.integrations.kubernetes.model import KINDS, Protection, parse_workload_id
 from gpusteward.integrations.kubernetes.node_control import KubernetesNodeControl
 from gpusteward.integrations.kubernetes.pool_scaler import KubernetesPoolScaler
+from gpusteward.integrations.kubernetes.queue import KubernetesQueue
 from gpusteward.integrations.kubernetes.scale_floor import ScaleFloor
 from gpusteward.integrations.kubernetes.settings import KubernetesSourceSettings
 from gpusteward.integrations.kubernetes.source import KubernetesSource
@@ -125,7 +126,19 @@ def build(cfg: KubernetesSourceSettings, ctx: BuildContext) -> Integration:
             cfg, namespace, name, lease_s, api=parts.api, clock=ctx.clock
         ),
         wrap_notifier=parts.notifier,
+        queue=kubernetes_queue(cfg, parts) if cfg.queue else None,
         parts=parts,
+    )
+
+
+def kubernetes_queue(cfg: KubernetesSourceSettings, parts: KubernetesParts) -> KubernetesQueue:
+    """The queue from the source's pod cache, in the namespaces the agent watches."""
+    return KubernetesQueue(
+        parts.source,
+        lookback_s=cfg.queue_lookback_seconds,
+        owner_keys=cfg.owner_keys,
+        namespaces=cfg.namespaces,
+        source=parts.source.name,
     )
 
 

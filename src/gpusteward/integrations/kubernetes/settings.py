@@ -88,3 +88,11 @@ class KubernetesSourceSettings(BaseModel):
         ],
         description="Labels/annotations naming a workload's owner, in order; default: the namespace.",
     )
+    queue: bool = Field(
+        True,
+        description="Read the queue: Pending GPU pods the scheduler calls Unschedulable (from the pod "
+        "cache, no extra API call).",
+    )
+    queue_lookback_seconds: float = Field(
+        3600, gt=0, le=30 * 86400, description="Queue times come from pods scheduled this far back."
+    )

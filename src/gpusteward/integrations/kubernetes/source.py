@@ -160,6 +160,16 @@ class KubernetesSource:
                 out.append((info, o))
         return out
 
+    def queue_pods(self) -> list[JsonObj]:
+        """Every pod of the cache, in any phase (the queue's input); ``SourceError`` without a
+        current view."""
+        self.start()
+        try:
+            self.pods.check(self.sync_wait_s)
+        except SourceError as e:
+            raise SourceError(f"kubernetes queue: {e}") from e
+        return self.pods.snapshot()
+
     def observe(self, now: datetime) -> Observation:
         self.start()
         obs = self.metrics.observe(now)
