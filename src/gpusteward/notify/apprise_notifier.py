@@ -22,6 +22,7 @@ from gpusteward.domain.models import ApprovalStatus, Level, Notice
 from gpusteward.domain.store_ports import TickStore
 from gpusteward.notify.links import LinkSigner
 from gpusteward.notify.settings import NotifySettings, Route
+from gpusteward.policy.demand import said
 from gpusteward.policy.settings import PolicySettings
 
 log = logging.getLogger(__name__)
@@ -229,6 +230,8 @@ class AppriseNotifier:
             "reject_url": "",
             "web": self._web(),
             "workload_url": f"{self._web()}/workloads/{notice.workload_id}" if self._web() else "",
+            # Jobs waiting for the workload's GPU model, read back from the decision's reason.
+            "demand": said(notice.body, notice.at),
         }
         if self.store is None:
             return ctx
@@ -240,6 +243,8 @@ class AppriseNotifier:
         if episodes:
             ctx["finding"] = _finding_context(episodes[-1])
         ctx["next_step"], ctx["next_at"] = self._next_step(notice)
+        if ctx["demand"] is not None and ctx["demand"].reclaim_at and ctx["next_step"] == "graceful-stop":
+            ctx["next_at"] = ctx["demand"].reclaim_at  # demand brought the stop forward
         to = notice.owner.user if notice.owner else "admins"
         if self.links is not None and notice.owner is not None:
             hours = ctx["snooze_hours"]

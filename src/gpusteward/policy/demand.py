@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from gpusteward.domain.models import Gpu, Workload
 from gpusteward.domain.queue import Queue
@@ -115,3 +116,34 @@ def sentence(d: Demand | None, reclaim: str, *, slowed: bool) -> str:
     if d.factor > 1:
         return f" Nobody is waiting for {name} GPUs, so the ladder moves {d.factor:.3g}x slower."
     return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Said:
+    """A demand sentence read back from a decision's reason, for the notice templates (which
+    word it in each language): who waits, for what, and when the stop comes (None: not planned)."""
+
+    jobs: int
+    gpus: int
+    model: str
+    reclaim_at: datetime | None
+
+
+# The inverse of ``sentence`` (and of ``ladder.when``'s ``at HH:MM UTC[ on YYYY-MM-DD]``).
+_SAID = re.compile(
+    r"(?P<jobs>\d+) jobs? (?:are|is) waiting for (?P<gpus>\d+) free (?P<model>.+?) GPUs?"
+    r"(?:, [^;]*?)?(?:; your idle .+? will be reclaimed in \d+ min, at (?P<hm>\d\d:\d\d) UTC"
+    r"(?: on (?P<day>\d{4}-\d\d-\d\d))?)?\.(?:\s|$)"
+)
+
+
+def said(reason: str, at: datetime) -> Said | None:
+    """The demand ``sentence`` in ``reason`` (a decision made at ``at``), or None."""
+    m = _SAID.search(reason)
+    if m is None:
+        return None
+    when = None
+    if m["hm"]:
+        day = m["day"] or at.astimezone(UTC).strftime("%Y-%m-%d")
+        when = datetime.fromisoformat(f"{day}T{m['hm']}:00+00:00")
+    return Said(int(m["jobs"]), int(m["gpus"]), m["model"], when)
