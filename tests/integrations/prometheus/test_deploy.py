@@ -11,17 +11,19 @@ from __future__ import annotations
 import csv
 import json
 import re
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
-from gpusteward.integrations.prometheus.localserver import LocalPrometheus, Series, check_rules
+from gpusteward.integrations.prometheus.localserver import LocalPrometheus, Series, binaries, check_rules
 from gpusteward.web.metrics import StewardMetrics
 
 ROOT = Path(__file__).parents[3]
 RULES = ROOT / "deploy" / "prometheus" / "gpusteward-rules.yaml"
+RULE_TESTS = RULES.with_name("gpusteward-rules.test.yaml")
 DASHBOARD = ROOT / "deploy" / "grafana" / "gpusteward-dashboard.json"
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "prometheus"
 
@@ -44,6 +46,24 @@ def test_promtool_accepts_the_rules(need_prom: None) -> None:
     res = check_rules(RULES)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SUCCESS" in res.stdout
+
+
+def test_promtool_unit_tests_of_the_rules_pass(need_prom: None) -> None:
+    """GpuFailed, GpuDegrading and GpuQueueTimeHigh fire after their ``for`` and not before."""
+    found = binaries()
+    assert found is not None
+    res = subprocess.run(
+        [found[1], "test", "rules", RULE_TESTS.name],
+        cwd=RULE_TESTS.parent,  # rule_files are relative to the test file
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SUCCESS" in res.stdout
+    tested = set(re.findall(r"alertname: (\w+)", RULE_TESTS.read_text()))
+    assert {"GpuFailed", "GpuDegrading", "GpuQueueTimeHigh"} <= tested
 
 
 def test_the_rules_alert_on_the_planted_idle_gpus(
@@ -113,7 +133,9 @@ def test_dashboard_uses_only_exported_metrics() -> None:
     assert used - allowed == set()
     # it shows what the issue asks for
     for name in ("DCGM_FI_DEV_GPU_UTIL", "gpusteward_idle_gpus", "gpusteward_waste_cost_per_hour",
-                 "gpusteward_actions_total", "gpusteward_saved_cost_total"):  # fmt: skip
+                 "gpusteward_actions_total", "gpusteward_saved_cost_total", "gpusteward_gpu_health",
+                 "gpusteward_jobs_waiting", "gpusteward_gpus_waited_for",
+                 "gpusteward_queue_time_seconds"):  # fmt: skip
         assert name in used
 
 
