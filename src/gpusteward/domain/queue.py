@@ -7,8 +7,26 @@ and the surfaces export it. Pure values, no I/O.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
+
+_NOISE = re.compile(r"nvidia|tesla|geforce|[^a-z0-9]")
+
+
+def _model_key(name: str) -> str:
+    return _NOISE.sub("", name.lower())
+
+
+def same_model(asked: str, have: str) -> bool:
+    """Whether a GPU of model ``have`` serves a request for ``asked`` ("" asks for any).
+
+    Schedulers and metrics spell one model differently: Slurm's gres type ``a100``, the
+    Kubernetes product label ``NVIDIA-A100-SXM4-80GB``, NVML's ``NVIDIA A100-SXM4-80GB``. Both are
+    reduced to letters and digits without the vendor words, and one must contain the other.
+    """
+    a, h = _model_key(asked), _model_key(have)
+    return not a or (bool(h) and (a in h or h in a))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,5 +79,5 @@ class Queue:
         return sum(
             p.gpus
             for p in self.pending
-            if p.waits_for_gpus and (gpu_model is None or p.gpu_model in ("", gpu_model))
+            if p.waits_for_gpus and (gpu_model is None or same_model(p.gpu_model, gpu_model))
         )
