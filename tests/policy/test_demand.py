@@ -15,7 +15,7 @@ from tests.policy.test_decide import T0, finding, workload
 from gpusteward.domain.models import PROTECT_KEY, Gpu, Hold, LadderState, Workload
 from gpusteward.domain.queue import PendingJob, Queue
 from gpusteward.policy import PolicyInput, PolicySettings, decide, ladder
-from gpusteward.policy.demand import factor, same_model
+from gpusteward.policy.demand import factor
 from gpusteward.policy.scopes import scope_for
 from gpusteward.policy.settings import DemandSettings
 
@@ -160,21 +160,6 @@ def test_the_first_warning_says_when_the_stop_comes_under_demand() -> None:
     assert d.step == "warn-1"
     assert "1 job is waiting for 1 free H100 80GB HBM3 GPU" in d.reason
     assert "will be reclaimed in 28 min, at 09:28 UTC" in d.reason  # 30 x 0.90625 = 27.2 min
-
-
-@pytest.mark.parametrize(
-    ("wanted", "held", "same"),
-    [
-        ("", H100, True),
-        ("h100", H100, True),
-        ("NVIDIA-H100-80GB-HBM3", H100, True),
-        ("a100", H100, False),
-        ("a10", "NVIDIA A100-SXM4-80GB", False),
-        ("a100-sxm4-80gb", "NVIDIA A100-SXM4-80GB", True),
-    ],
-)
-def test_scheduler_model_names_match_the_drivers(wanted: str, held: str, same: bool) -> None:
-    assert same_model(wanted, held) is same
 
 
 def _times(waited: int, demand: DemandSettings) -> list[datetime]:

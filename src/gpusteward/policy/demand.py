@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gpusteward.domain.models import Gpu, Workload
-from gpusteward.domain.queue import Queue
+from gpusteward.domain.queue import Queue, same_model
 from gpusteward.policy.settings import DemandSettings, LadderSettings
 
 
@@ -45,22 +45,6 @@ def factor(gpus_waited: int | None, settings: DemandSettings) -> float:
         return settings.max_factor
     share = min(gpus_waited, settings.full_at_gpus) / settings.full_at_gpus
     return 1.0 - (1.0 - settings.min_factor) * share
-
-
-def _tokens(model: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", model.lower())) - {"nvidia", "tesla", "geforce"}
-
-
-def same_model(wanted: str, held: str) -> bool:
-    """Whether a job asking for ``wanted`` could run on a GPU of model ``held``.
-
-    Schedulers name models their own way (Slurm gres ``h100``, a node selector
-    ``NVIDIA-H100-80GB-HBM3``) while ``Gpu.model`` is what the driver reports
-    (``NVIDIA H100 80GB HBM3``): the asked-for name's words must all be in the held one's.
-    ``""`` (any GPU will do) matches every model.
-    """
-    want = _tokens(wanted)
-    return not want or want <= _tokens(held)
 
 
 def demand_for(
