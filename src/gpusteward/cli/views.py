@@ -254,5 +254,24 @@ def print_demo(console: Console, result: DemoResult) -> None:
             f"{plan['memory_violations']:.0f} memory violations, "
             f"{plan['money_per_month']:,.0f} {plan['currency']} a month freed"
         )
+    for line in demo_health_queue_lines(s):
+        console.print(line)
     style = "green" if s["false_actions"] == 0 else "bold red"
     console.print(f"[{style}]false actions: {s['false_actions']}[/]")
+
+
+def _min(v: float | None) -> str:
+    return "-" if v is None else f"{v:g} min"
+
+
+def demo_health_queue_lines(s: Mapping[str, Any]) -> list[str]:
+    """Queue time with and without acting, failed GPUs found, and how early degrading ones were."""
+    q = s.get("queue_time_p50_min") or {}
+    lead = s.get("degrading_lead_time_min")
+    return [
+        f"queue time p50: {_min(q.get('with_gpusteward'))} with gpusteward, "
+        f"{_min(q.get('without'))} without ({q.get('jobs', 0)} jobs submitted)",
+        f"failed GPUs flagged: {s.get('failed_gpus_flagged', 0)} of {s.get('failed_gpus', 0)}",
+        "degrading GPUs predicted: "
+        + ("not before any failure" if lead is None else f"{lead:g} min before failure (median)"),
+    ]

@@ -19,6 +19,7 @@ from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, SourceSettings, StoreSettings
 from gpusteward.runtime.consolidation_step import pack_settings
 from gpusteward.scenarios.consolidation import backtest, backtest_summary, plan_summary
+from gpusteward.scenarios.demo_figures import health_figures, queue_figures
 from gpusteward.store.db import StateStore
 
 #: A workload wasteful for at least this long inside the period must have been stopped:
@@ -45,6 +46,10 @@ class DemoResult:
     notices: int
     #: The light services' consolidation: planned from the first half, replayed on the second.
     consolidation: dict[str, Any] | None = None
+    #: Median queue time with gpusteward and without (``demo_figures.queue_figures``).
+    queue: dict[str, Any] | None = None
+    #: Failed GPUs found and predicted (``demo_figures.health_figures``).
+    health: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         s = self.score
@@ -64,6 +69,8 @@ class DemoResult:
             "false_action_workloads": list(s.false_stops),
             "protected_untouched": self.protected_untouched,
             "missed_workloads": self.missed_workloads,
+            "queue_time_p50_min": self.queue,
+            **(self.health or {}),
             "consolidation": self.consolidation,
         }
 
@@ -141,13 +148,14 @@ def _score(
     )
     protected = {t.workload_id for t in truths if t.protected}
     price = settings.cost.price_for(cluster.gpus[0].model)
+    episodes = store.all_findings()
     return DemoResult(
         gpus=len(cluster.gpus),
         hours=hours,
         workloads=len(truths),
         currency=settings.cost.currency,
         price_per_gpu_hour=price,
-        findings=[e.to_dict() for e in store.all_findings()],
+        findings=[e.to_dict() for e in episodes],
         actions_by_level=_count(a.level.label for a in actions),
         stops=sorted(stops, key=lambda a: a.created_at),
         score=score,
@@ -155,6 +163,8 @@ def _score(
         missed_workloads=missed,
         protected_untouched=not (protected & stopped) and not score.protected_stops,
         notices=0,
+        queue=queue_figures(cluster, until),
+        health=health_figures(cluster, episodes, until),
     )
 
 
