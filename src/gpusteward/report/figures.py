@@ -14,6 +14,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from gpusteward.report.consolidation import ConsolidationSection
+from gpusteward.report.faults import FaultSection
 from gpusteward.report.insight_rows import InsightRow
 from gpusteward.store.ledger import DailyRow, LedgerStore, StopRow, UsageRow
 
@@ -87,6 +88,8 @@ class ReportData:
     teams: list[str] = field(default_factory=list)
     #: The consolidation plan in force (report/consolidation.py); None: no section.
     consolidation: ConsolidationSection | None = None
+    #: GPU-hours lost to failed GPUs (report/faults.py); None: no section.
+    faults: FaultSection | None = None
     #: The live safety figures (``RolloutBook.safety``), cluster page only; None: no section.
     safety: dict[str, Any] | None = None
 

@@ -20,6 +20,7 @@ from gpusteward.policy.consolidation import ConsolidationSettings
 from gpusteward.policy.settings import PolicySettings
 from gpusteward.report.charts import bar_chart, fmt, hbar_chart
 from gpusteward.report.consolidation import gather_consolidation
+from gpusteward.report.faults import gather_faults
 from gpusteward.report.figures import BUCKETS, ReportData, gather
 from gpusteward.report.insight_rows import gather_insights
 from gpusteward.runtime.rollout import RolloutBook
@@ -148,6 +149,7 @@ def write_reports(
     cluster = gather(ledger, start, stop, currency=currency, rate=rate)
     cluster.insights = gather_insights(store, start, stop)
     cluster.consolidation = gather_consolidation(store, consolidation)
+    cluster.faults = gather_faults(store, start, stop)
     if policy is not None:
         cluster.safety = RolloutBook(store, policy).safety()
     ensure_folder(out)
@@ -158,6 +160,7 @@ def write_reports(
         data = gather(ledger, start, stop, team=team, currency=currency, rate=rate)
         data.insights = gather_insights(store, start, stop, team=team)
         data.consolidation = gather_consolidation(store, consolidation, team=team)
+        data.faults = gather_faults(store, start, stop, team=team)
         write_text(out / name, render(data))
         written.append(Written(team, out / name))
     write_text(out / "index.html", render(cluster, links=links))
