@@ -16,6 +16,7 @@ from datetime import datetime
 
 from gpusteward.domain.models import Decision
 from gpusteward.policy.consolidation import SHARE, UNSHARE
+from gpusteward.policy.health import DRAIN
 from gpusteward.policy.ladder import Step
 from gpusteward.policy.owner import ApprovalView, approval_gate
 from gpusteward.policy.parking import PARK, UNPARK
@@ -24,7 +25,9 @@ from gpusteward.policy.settings import ApprovalSettings
 
 #: Steps that give capacity back.
 NEVER_WAITS = frozenset({UNPARK.name, SCALE_UP.name, UNSHARE.name})
-_INFRA_STEPS: dict[str, Step] = {s.name: s for s in (PARK, UNPARK, SCALE_DOWN, SCALE_UP, SHARE, UNSHARE)}
+_INFRA_STEPS: dict[str, Step] = {
+    s.name: s for s in (PARK, UNPARK, SCALE_DOWN, SCALE_UP, SHARE, UNSHARE, DRAIN)
+}
 
 
 def needs_approval(settings: ApprovalSettings | None, decision: Decision) -> bool:

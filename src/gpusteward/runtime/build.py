@@ -17,6 +17,7 @@ from gpusteward.policy.owner import check_calendar
 from gpusteward.runtime.config import Settings
 from gpusteward.runtime.consolidation_step import build_consolidation
 from gpusteward.runtime.gap_history import build_gap_history
+from gpusteward.runtime.health_step import build_health
 from gpusteward.runtime.insights import build_insights
 from gpusteward.runtime.loop import Steward
 from gpusteward.runtime.notify_wiring import build_notifier
@@ -79,10 +80,12 @@ def build_steward(
     tide = build_tide(settings, integration)
     parking = build_parking(settings, integration, tide)
     consolidation = build_consolidation(settings, integration)
-    # One runner for every step: the integration's executors, the node parking and pool scaling.
+    health = build_health(settings, integration)
+    # One runner for every step: the integration's executors, the node parking (and drains of failed
+    # GPUs' nodes, through the same node control) and pool scaling.
     executors = [
         *integration.executors,
-        *(parking.executors(clock) if parking is not None else ()),
+        *(parking.executors(clock) if parking is not None else health.executors(clock)),
         *(tide.executors() if tide is not None else ()),
     ]
     runner = ActionRunner(
@@ -117,6 +120,7 @@ def build_steward(
     steward.tide = tide
     steward.parking = parking
     steward.consolidation = consolidation
+    steward.health = health
     steward.leadership = build_leadership(settings, store, integration)
     steward.guard_clock_jumps = guard_clock_jumps
     if backfill:

@@ -49,6 +49,8 @@ from gpusteward.policy.approval import hold_for_approval
 from gpusteward.runtime.consolidation_step import ConsolidationStep
 from gpusteward.runtime.followup import follow_up
 from gpusteward.runtime.gap_history import GapHistory
+from gpusteward.runtime.health_step import HealthStep
+from gpusteward.runtime.infra_plans import infra_plans
 from gpusteward.runtime.insights import Insights
 from gpusteward.runtime.ledger_recorder import LedgerRecorder
 from gpusteward.runtime.logs import log_context, new_tick_id, tick_id
@@ -102,6 +104,8 @@ class Steward:
     parking: ParkingStep | None = None
     #: L4 consolidation of light services onto shared GPUs: runtime/consolidation_step.py.
     consolidation: ConsolidationStep | None = None
+    #: GPU health per GPU for the report, and drains of failed GPUs' nodes (L4): runtime/health_step.py.
+    health: HealthStep | None = None
     #: Roll-out scopes' stages into the plan; stops, false kills, reclaim counts: runtime/rollout_step.py.
     rollout: RolloutStep | None = None
     queues: QueueReader = field(default_factory=QueueReader)  #: schedulers' queues, read each tick
@@ -177,6 +181,8 @@ class Steward:
         workloads = self.workloads
         # 2. Analyse: findings and plans. Nothing changes here, on any replica.
         analysis = self._analyse(now)
+        if self.health is not None:  # a failed GPU stays failed for its holder: runtime/health_step.py
+            analysis = self.health.observe(now, self.window.view(now), analysis, self.gpus, workloads)
         report = TickReport(
             at=now,
             source_ok=obs is not None,
@@ -190,6 +196,7 @@ class Steward:
             errors=tuple(errors),
             leader=False,
             queue=queue,
+            health=self.health.states if self.health is not None else {},
         )
         # 3. The leader gate: a follower has sensed and analysed, and decides and does nothing.
         if not self._lead(now):
@@ -200,7 +207,9 @@ class Steward:
             self.store.remember_workloads(list(workloads.values()), now)
         # 4. Plan: every change is a Decision (ladder steps, parks and unparks, pool scales).
         paused = self.store.is_paused()
-        infra, targets = self._infra_plans(now, paused)
+        infra, targets = infra_plans(
+            self.store, now, paused, self.parking, self.tide, self.health, self.policy.approval
+        )
         if self.consolidation is not None:  # one move (or rollback) at most; its workload is running
             infra += self.consolidation.plan(now, workloads, paused)
         ladders = plan_ladders(
@@ -261,29 +270,6 @@ class Steward:
         if self.consolidation is not None:
             self.consolidation.observe(now, view, self.gpus, self.workloads)
         return analysis
-
-    def _infra_plans(self, now: datetime, paused: bool) -> tuple[list[Decision], dict[str, Workload]]:
-        """The L4 plans as decisions (parks, unparks, pool scales) and the workloads they name."""
-        decisions: list[Decision] = []
-        targets: dict[str, Workload] = {}
-        if self.parking is not None:
-            plan = self.parking.plan(now, paused)
-            if plan is not None:
-                nodes = self.parking.workloads()
-                decisions += [*plan.parks, *plan.unparks]
-                named = self.parking.named(plan)
-                # Remembered like workloads: approvals, `explain` and the web name them.
-                self.store.remember_workloads([nodes[w] for w in named], now)
-                targets.update(nodes)
-        if self.tide is not None:
-            scales = self.tide.decisions(now, paused)
-            pools = self.tide.workloads()
-            self.store.remember_workloads(
-                [pools[d.workload_id] for d in scales if d.workload_id in pools], now
-            )
-            decisions += scales
-            targets.update(pools)
-        return decisions, targets
 
     def _record(
         self,

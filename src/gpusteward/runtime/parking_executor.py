@@ -21,8 +21,18 @@ from gpusteward.domain.ports import Clock, SystemClock
 
 PARK_STEP = "park-node"
 UNPARK_STEP = "unpark-node"
+#: A failed GPU's node out of scheduling (policy/health.py); parking never unparks it.
+DRAIN_STEP = "drain-node"
 #: What is written on the node (Slurm keeps reasons short; the full reason is in the audit).
 PARK_REASON = f"{PARK_REASON_PREFIX}: idle, low-load window"
+DRAIN_REASON = f"{PARK_REASON_PREFIX}: GPU failed"
+
+
+def drained_for_health(state: NodeState) -> bool:
+    """Out of scheduling because of a failed GPU: an admin puts it back after the repair."""
+    return state.parked and state.reason.startswith(DRAIN_REASON)
+
+
 #: Who node notices go to: there is no owner of a node but the admins.
 ADMINS = Owner(user="admins", team="")
 #: Node workloads have no incarnation of their own: a fixed start keeps pre-flight's check simple.
@@ -78,6 +88,10 @@ class NodeParkingExecutor:
                         f"({state.reason or 'no reason'}): left alone"
                     )
                 done = self.control.park(node, PARK_REASON, self.clock.now())
+            elif decision.step == DRAIN_STEP:
+                if state.parked:  # by us or by someone else: out of scheduling is what is wanted
+                    return Outcome(True, f"node {node} already out of scheduling", verified=True)
+                done = self.control.park(node, DRAIN_REASON, self.clock.now())
             elif decision.step == UNPARK_STEP:
                 if not state.parked:
                     return Outcome(True, f"node {node} already schedulable", verified=True)
@@ -99,4 +113,6 @@ class NodeParkingExecutor:
             return False
         if decision.step == PARK_STEP:
             return state.parked and state.ours
+        if decision.step == DRAIN_STEP:
+            return state.parked
         return not state.parked

@@ -27,7 +27,7 @@ from gpusteward.domain.ports import Clock
 from gpusteward.policy.parking import NodeView, ParkingInput, ParkingPlan, PoolForecast, plan_parking
 from gpusteward.policy.parking_settings import ParkingSettings
 from gpusteward.runtime.insights_settings import ForecastSettings
-from gpusteward.runtime.parking_executor import NodeParkingExecutor, node_workload
+from gpusteward.runtime.parking_executor import NodeParkingExecutor, drained_for_health, node_workload
 from gpusteward.runtime.tide_step import TideOutcome
 from gpusteward.store.window import WindowView
 
@@ -128,7 +128,9 @@ class ParkingStep:
                 for i in idx
             )
             st = states.get(name)
-            ours = st is not None and st.ours
+            # A node drained for a failed GPU is not parking's to unpark: it counts as someone else's.
+            drained = st is not None and drained_for_health(st)
+            ours = st is not None and st.ours and not drained
             if name in self._parked and not ours:
                 # Just unparked: it must sit idle idle_minutes again before the next park (no flapping,
                 # and a new free episode gives the next park its own idempotency key).
@@ -146,7 +148,7 @@ class ParkingStep:
                     free_since=self._free_since.get(name),
                     parked=ours,
                     parked_at=st.parked_at if st is not None else None,
-                    foreign=st is not None and st.parked and not st.ours,
+                    foreign=st is not None and st.parked and not ours,
                 )
             )
         self._parked = {n.name for n in out if n.parked}

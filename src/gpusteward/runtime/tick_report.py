@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
+from gpusteward.domain.health import Health
 from gpusteward.domain.models import Decision, Finding
 from gpusteward.domain.queue import Queue
 from gpusteward.runtime.runner import ActionResult
@@ -28,3 +30,5 @@ class TickReport:
     leader: bool = True
     #: The schedulers' queues merged, as read this tick; None when no queue was read.
     queue: Queue | None = None
+    #: GPU uuid → its health this tick (worst finding wins); GPUs without health readings are absent.
+    health: Mapping[str, Health] = field(default_factory=dict)
