@@ -19,7 +19,7 @@ from gpusteward.report import gather
 from gpusteward.runtime.loop import Steward
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import LedgerStore
-from gpusteward.web import rollout_data
+from gpusteward.web import health_data, rollout_data
 from gpusteward.web.data import gpu_name
 
 #: An open finding counts as "now" if the loop refreshed it this recently.
@@ -176,4 +176,7 @@ def overview(
         "pending_approvals": len(store.approvals(ApprovalStatus.PENDING)),
         # The live safety figures (policy.rollout.safety_figures): ratios, None before any stop.
         "safety": safety,
+        # Issue 16: GPUs per health state (failed/degrading listed) and the last queue read (None: unread).
+        "health": health_data.health(store, steward, now, fresh=FRESH),
+        "queue": health_data.queue(health_data.latest_queue(steward)),
     }
