@@ -11,7 +11,7 @@ import pytest
 from gpusteward.domain.models import Finding, RuleAction, WorkloadKind
 from gpusteward.domain.records import FindingEpisode
 from gpusteward.integrations.sim import Behaviour, Row, SimCluster
-from gpusteward.scenarios.demo import run_demo
+from gpusteward.scenarios.demo import DemoResult, run_demo
 from gpusteward.scenarios.demo_figures import health_figures, queue_figures, untouched
 
 H = timedelta(hours=1)
@@ -72,24 +72,30 @@ def test_failed_gpus_flagged_and_lead_time() -> None:
 
 
 @pytest.fixture(scope="module")
-def half_day() -> dict[str, object]:
+def half_day() -> DemoResult:
     # 16 h hold both of seed 42's failures (10:16 and 11:06) and hours of their hung jobs at 0 %.
-    return run_demo(hours=16).summary()
+    return run_demo(hours=16)
 
 
-def test_demo_reports_queue_time_and_failed_gpus(half_day: dict[str, object]) -> None:
-    s = half_day
-    q = s["queue_time_p50_min"]
+def test_demo_reports_queue_time(half_day: DemoResult) -> None:
+    q = half_day.summary()["queue_time_p50_min"]
     assert isinstance(q, dict)
     assert isinstance(q["with_gpusteward"], float)
     assert isinstance(q["without"], float)
     assert q["with_gpusteward"] < q["without"]  # reclaimed GPUs start waiting jobs sooner
     assert isinstance(q["jobs"], int)
     assert q["jobs"] > 0
+
+
+def test_demo_flags_failed_gpus_predicts_them_and_stops_no_hung_job(half_day: DemoResult) -> None:
+    s = half_day.summary()
     assert s["failed_gpus"] == 2
-    flagged = s["failed_gpus_flagged"]
-    assert isinstance(flagged, int)
-    assert 0 <= flagged <= 2
+    assert s["failed_gpus_flagged"] == 2
     lead = s["degrading_lead_time_min"]
-    assert lead is None or (isinstance(lead, float) and lead > 0)
-    assert s["false_actions"] == 0  # the jobs hung on failed GPUs are not stopped as idle
+    assert isinstance(lead, float)
+    assert lead > 0  # gpu-degrading fired before the failure
+    assert all(r["lead_time_min"] is not None and r["lead_time_min"] > 0 for r in s["gpu_failures"])
+    hung = {r["stuck_workload"] for r in s["gpu_failures"]} - {None}
+    assert hung  # at least one job hung on a failed GPU: at 0 % for hours
+    assert not hung & {a.workload_id for a in half_day.stops}
+    assert s["false_actions"] == 0
