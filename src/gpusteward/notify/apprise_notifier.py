@@ -18,11 +18,13 @@ from typing import Any
 
 import jinja2
 
+from gpusteward.domain.health import Health
 from gpusteward.domain.models import ApprovalStatus, Level, Notice
 from gpusteward.domain.store_ports import TickStore
 from gpusteward.notify.links import LinkSigner
 from gpusteward.notify.settings import NotifySettings, Route
 from gpusteward.policy.demand import said
+from gpusteward.policy.health import health_of
 from gpusteward.policy.settings import PolicySettings
 
 log = logging.getLogger(__name__)
@@ -232,6 +234,8 @@ class AppriseNotifier:
             "workload_url": f"{self._web()}/workloads/{notice.workload_id}" if self._web() else "",
             # Jobs waiting for the workload's GPU model, read back from the decision's reason.
             "demand": said(notice.body, notice.at),
+            #: The workload's GPU failed: the notice explains, it never threatens a stop.
+            "fault": False,
         }
         if self.store is None:
             return ctx
@@ -240,8 +244,10 @@ class AppriseNotifier:
             ctx["workload"] = info.name
             ctx["gpus"] = list(info.gpu_uuids)
         episodes = [e for e in self.store.findings_for(notice.workload_id) if e.ended_at is None]
+        faults = [e for e in episodes if health_of(e.finding) is Health.FAILED]
+        ctx["fault"] = bool(faults)
         if episodes:
-            ctx["finding"] = _finding_context(episodes[-1])
+            ctx["finding"] = _finding_context((faults or episodes)[-1])
         ctx["next_step"], ctx["next_at"] = self._next_step(notice)
         if ctx["demand"] is not None and ctx["demand"].reclaim_at and ctx["next_step"] == "graceful-stop":
             ctx["next_at"] = ctx["demand"].reclaim_at  # demand brought the stop forward
