@@ -22,6 +22,7 @@ from gpusteward.domain.yamlload import config_error, load_yaml
 from gpusteward.integrations.kubernetes.settings import KubernetesSourceSettings
 from gpusteward.integrations.nvml.settings import NvmlSourceSettings
 from gpusteward.integrations.prometheus.settings import PrometheusSourceSettings
+from gpusteward.integrations.remote_write.settings import RemoteWriteSettings
 from gpusteward.integrations.replay.settings import ReplaySettings
 from gpusteward.integrations.sim.settings import SimSourceSettings
 from gpusteward.integrations.slurm.settings import SlurmSourceSettings
@@ -53,11 +54,12 @@ class _Section(BaseModel):
 class SourceSettings(_Section):
     name: str = Field(
         "sim",
-        description="Which source senses the cluster: sim (built in), nvml, prometheus, slurm, kubernetes, "
-        "replay.",
+        description="Which source senses the cluster: sim (built in), nvml, prometheus, remote_write, slurm, "
+        "kubernetes, replay.",
     )
     sim: SimSourceSettings = Field(default_factory=SimSourceSettings)
     prometheus: PrometheusSourceSettings = Field(default_factory=PrometheusSourceSettings)
+    remote_write: RemoteWriteSettings = Field(default_factory=RemoteWriteSettings)
     slurm: SlurmSourceSettings = Field(default_factory=SlurmSourceSettings)
     kubernetes: KubernetesSourceSettings = Field(default_factory=KubernetesSourceSettings)
     nvml: NvmlSourceSettings = Field(default_factory=NvmlSourceSettings)

@@ -17,6 +17,7 @@ from gpusteward.domain.store_ports import TickStore
 from gpusteward.integrations.kubernetes import build as kubernetes
 from gpusteward.integrations.nvml import build as nvml
 from gpusteward.integrations.prometheus import build as prometheus
+from gpusteward.integrations.remote_write import build as remote_write
 from gpusteward.integrations.replay import build as replay
 from gpusteward.integrations.sim import build as sim
 from gpusteward.integrations.slurm import build as slurm
@@ -28,6 +29,7 @@ REGISTRY: dict[str, Callable[[Any, BuildContext], Integration]] = {
     "sim": sim.build,
     "nvml": nvml.build,
     "prometheus": prometheus.build,
+    "remote_write": remote_write.build,
     "slurm": slurm.build,
     "kubernetes": kubernetes.build,
     "replay": replay.build,

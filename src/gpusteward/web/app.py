@@ -32,6 +32,7 @@ from gpusteward.web.context import WebContext
 from gpusteward.web.limits import BodyLimit
 from gpusteward.web.live import Live, Nothing
 from gpusteward.web.login_throttle import LoginGuard
+from gpusteward.web.remote_write import RemoteWrite
 from gpusteward.web.security import SecurityHeaders
 
 STATIC = Path(__file__).parent / "static"
@@ -86,6 +87,7 @@ def create_web_app(
     )
     app.state.web = ctx
     app.add_middleware(BodyLimit, max_bytes=settings.web.max_body_bytes)
+    app.add_middleware(RemoteWrite, ctx=ctx)  # outside BodyLimit: POST /api/v1/write has its own limits
 
     @app.exception_handler(AuthError)
     async def _refused(request: Request, e: AuthError) -> Response:

@@ -12,10 +12,11 @@ from gpusteward.domain.errors import SourceError
 
 @dataclass(frozen=True, slots=True)
 class RawSeries:
-    """One series of a Prometheus API answer: its labels and (time s, raw value) points."""
+    """One series of a Prometheus API answer (raw values as text) or of a remote write (floats):
+    its labels and (time s, raw value) points."""
 
     labels: Mapping[str, str]
-    points: Sequence[tuple[float, str]]
+    points: Sequence[tuple[float, str | float]]
 
     @property
     def name(self) -> str:

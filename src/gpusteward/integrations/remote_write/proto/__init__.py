@@ -1,0 +1,1 @@
+"""protoc's modules for the remote-write messages (``scripts/gen-remote-write-proto.sh``)."""

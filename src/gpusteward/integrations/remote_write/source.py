@@ -1,0 +1,63 @@
+"""The ``remote_write`` source: each tick takes what the senders wrote since the last one.
+
+The series become samples, GPUs and workloads exactly as the ``prometheus`` source makes
+them: its ``Assembler`` folds them, and a ``PrometheusSource`` keeps the GPUs, holders and
+start times between ticks (its bookkeeping, never its queries; its ``history`` is the optional
+start-up backfill, which so leaves that state where the writes take it up).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from gpusteward.domain.models import Observation
+from gpusteward.integrations.prometheus.source import PrometheusSource
+from gpusteward.integrations.remote_write.receiver import Receiver, Stats, activate
+
+log = logging.getLogger(__name__)
+
+
+class RemoteWriteSource:
+    """Implements ``gpusteward.domain.ports.Source`` over a ``Receiver``."""
+
+    name = "remote_write"
+
+    def __init__(self, receiver: Receiver, book: PrometheusSource) -> None:
+        self.receiver = receiver
+        self.book = book
+        self._seen = Stats()
+
+    def close(self) -> None:
+        self.book.close()
+
+    def observe(self, now: datetime) -> Observation:
+        activate(self.receiver)
+        book = self.book
+        asm = book._assembler()
+        for series in self.receiver.drain():
+            asm.add(series)
+        slots = asm.slots()
+        book._absorb_gpus(asm)
+        changed = False
+        for slot in slots:
+            changed = book._apply(slot) or changed
+        book._forget(now.timestamp() - book.window_s)
+        self._log_drops()
+        return Observation(
+            at=now,
+            gpus=tuple(book._gpus.values()),
+            samples=tuple(s for slot in slots for s in slot.samples),
+            workloads=book._workloads(changed),
+        )
+
+    def _log_drops(self) -> None:
+        st, seen = self.receiver.stats, self._seen
+        dropped = (st.out_of_order - seen.out_of_order, st.too_new - seen.too_new, st.refused - seen.refused)
+        if any(dropped):
+            log.warning(
+                "remote write since the last tick: %d samples out of order, %d over 10 min ahead "
+                "(dropped); %d requests refused with 429 (buffer full)",
+                *dropped,
+            )
+        self._seen = Stats(**vars(st))
