@@ -14,29 +14,18 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-import numpy as np
-
 from gpusteward.analysis.queue_figures import queue_figures
 from gpusteward.domain.health import Health
-from gpusteward.domain.models import HEALTH_METRICS, Finding, Gpu
+from gpusteward.domain.models import Finding, Gpu
 from gpusteward.domain.queue import Queue
 from gpusteward.policy.health import gpu_health, health_of
+from gpusteward.runtime.health_step import with_health_data
 from gpusteward.runtime.loop import Steward
 from gpusteward.store.db import StateStore
-from gpusteward.store.window_view import WindowView
 from gpusteward.web.data import gpu_name
 
 #: The states whose GPUs the box lists one by one (the others are only counted).
 LISTED = (Health.FAILED, Health.DEGRADING)
-
-
-def with_health_data(view: WindowView) -> list[str]:
-    """GPUs with any health reading in the window (as the loop's health step counts them)."""
-    have = np.zeros(len(view), dtype=np.bool_)
-    for m in HEALTH_METRICS:
-        if m in view.metrics:
-            have |= np.isfinite(view.last(m))
-    return [view.uuids[i] for i in np.flatnonzero(have).tolist()]
 
 
 def health(store: StateStore, steward: Steward | None, now: datetime, *, fresh: timedelta) -> dict[str, Any]:

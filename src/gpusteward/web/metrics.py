@@ -136,7 +136,7 @@ class StewardMetrics:
             self._safety(steward)
 
     def _health(self, report: TickReport) -> None:
-        states = Tally(getattr(report, "health", {}).values())
+        states = Tally(report.health.values())
         for state in Health:
             self.gpu_health.labels(state.value).set(states.get(state, 0))
 

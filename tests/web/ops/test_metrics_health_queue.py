@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpusteward.domain.health import Health
 from gpusteward.domain.queue import PendingJob, Queue, StartedWait
 from gpusteward.integrations.sim import DEFAULT_START, SimClock
 from gpusteward.runtime.build import build_steward
@@ -115,3 +116,14 @@ def test_an_unread_queue_clears_the_gauges(steward: Steward) -> None:
         assert _series(m, name) == {}, name
     m.record(steward, _report(QUEUE), 0.01)  # and they come back with the next read
     assert _series(m, "gpusteward_jobs_waiting")[(("queue", "debug"),)] == 1.0
+
+
+def test_gpus_per_health_state_every_state_present(steward: Steward) -> None:
+    m = StewardMetrics()
+    health = {"GPU-0": Health.FAILED, "GPU-1": Health.OK, "GPU-2": Health.OK, "GPU-3": Health.DEGRADING}
+    m.record(steward, _report(health=health), 0.01)
+    want = {"ok": 2.0, "throttled": 0.0, "degrading": 1.0, "failed": 1.0}
+    assert _series(m, "gpusteward_gpu_health") == {(("state", k),): v for k, v in want.items()}
+    m.record(steward, _report(health={"GPU-0": Health.OK}), 0.01)  # repaired: failed back to 0
+    want = {"ok": 1.0, "throttled": 0.0, "degrading": 0.0, "failed": 0.0}
+    assert _series(m, "gpusteward_gpu_health") == {(("state", k),): v for k, v in want.items()}
