@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class HealthSettings(BaseModel):
     """A failed GPU's node is drained as an L4 step; degrading and throttled GPUs get notices only."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     drain_failed_nodes: bool = Field(
         True,
