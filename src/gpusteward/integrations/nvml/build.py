@@ -8,6 +8,7 @@ from gpusteward.domain.integration import BuildContext, Integration
 from gpusteward.integrations.nvml.choke import Nvml
 from gpusteward.integrations.nvml.executor import ProcessExecutor
 from gpusteward.integrations.nvml.exporter import NodeCollector
+from gpusteward.integrations.nvml.node_control import FlagFileNodeControl
 from gpusteward.integrations.nvml.procfs import ProcReader
 from gpusteward.integrations.nvml.sampler import NvmlSampler
 from gpusteward.integrations.nvml.settings import NvmlSourceSettings
@@ -34,7 +35,8 @@ def build(cfg: NvmlSourceSettings, ctx: BuildContext, *, lib: Any | None = None)
         default_signal=cfg.checkpoint_signal,
         clock=ctx.clock,
     )
-    return Integration(name="nvml", source=source, executors=[executor])
+    flags = FlagFileNodeControl(cfg.flag_dir, (source.node,)) if cfg.flag_dir is not None else None
+    return Integration(name="nvml", source=source, executors=[executor], node_control=flags)
 
 
 def node_collector(cfg: NvmlSourceSettings, *, lib: Any | None = None) -> NodeCollector:

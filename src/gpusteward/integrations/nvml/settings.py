@@ -63,3 +63,9 @@ class NvmlSourceSettings(BaseModel):
     checkpoint_exclude_minutes: float = Field(
         10.0, ge=0, le=10080, description="How long a write burst keeps a process from being acted on."
     )
+    flag_dir: Path | None = Field(
+        None,
+        description="Where an L4 step flags this server (a failed GPU's drain, a park): a file named "
+        "after the node, for a login banner, job wrapper or health check to honour. Empty: the "
+        "server is never flagged and a failed GPU is only reported.",
+    )
