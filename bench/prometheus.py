@@ -9,9 +9,15 @@ under 5 % utilisation holding 20 GiB), then times, in the same run:
     (``promql_ms``), and the default pack's other rules too (``promql_pack_ms``);
 (b) gpusteward's analysis tick (the whole default pack) over the same data, already in its
     window store after the start-up backfill;
-(c) gpusteward's incremental fetch of one tick (30 s of new samples, plus the overlap).
+(c) gpusteward's incremental fetch of one tick (30 s of new samples, plus the overlap);
+(d) a whole tick through remote write (``tick_ms``): the tick's new samples (3 scrapes of both
+    metrics for every GPU), encoded beforehand as a Prometheus sends them (one sample per
+    series entry, 2,000 per request), decoded and buffered by the receiver, then the loop's
+    tick: drain, window, analysis of the whole pack and decisions. The remote-write source
+    takes over the pull source's GPUs and holders, as after its start-up backfill.
 
-Both must name the same zombie GPUs. Needs Debian's ``prometheus`` package.
+Both must name the same zombie GPUs. Needs Debian's ``prometheus`` package; (d) the
+``remote-write`` extra.
 
     python bench/prometheus.py --gpus 10000 --json
 """
@@ -35,9 +41,11 @@ import numpy as np
 from gpusteward.domain.models import RuleAction, utc
 from gpusteward.integrations.prometheus.localserver import LocalPrometheus
 from gpusteward.integrations.prometheus.source import PrometheusSource
+from gpusteward.integrations.remote_write import Receiver, RemoteWriteSource, encode
 from gpusteward.integrations.sim import SimClock
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings
+from gpusteward.runtime.loop import Steward
 
 SCRAPE_S, HOUR_S, TICK_S = 10, 3600, 30
 ZOMBIE_SHARE = 0.05
@@ -77,6 +85,66 @@ def write_data(path: Path, n: int, end_s: int, seed: int = 0) -> tuple[int, set[
                 samples += len(times)
         f.write("# EOF\n")
     return samples, {u for u, z in zip(uuids, zombie.tolist(), strict=True) if z}
+
+
+#: Prometheus' queue_config.max_samples_per_send in recent releases (one sample per series entry).
+SAMPLES_PER_SEND = 2000
+
+
+def tick_bodies(n: int, zombies: set[str], start_s: int, seed: int) -> list[bytes]:
+    """Remote-write bodies with the scrapes in (start_s, start_s + TICK_S], labels as in the data."""
+    rng = np.random.default_rng(seed)
+    entries: list[tuple[dict[str, str], list[tuple[int, float]]]] = []
+    for t in range(start_s + SCRAPE_S, start_s + TICK_S + 1, SCRAPE_S):
+        for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"):
+            for i in range(n):
+                uuid = f"GPU-{i:08x}-bench"
+                if metric == "DCGM_FI_DEV_GPU_UTIL":
+                    v = float(rng.uniform(0, 3) if uuid in zombies else rng.uniform(40, 100))
+                else:
+                    v = 20480.0 if uuid in zombies else 60000.0
+                labels = {
+                    "__name__": metric,
+                    "UUID": uuid,
+                    "Hostname": f"node-{i // 8:05d}",
+                    "gpu": str(i % 8),
+                    "modelName": "NVIDIA H100 80GB HBM3",
+                    "pod": f"job-{i // 4}",
+                    "namespace": f"team-{i % 13}",
+                }
+                entries.append((labels, [(t * 1000, round(v, 1))]))
+    return [encode(entries[k : k + SAMPLES_PER_SEND]) for k in range(0, len(entries), SAMPLES_PER_SEND)]
+
+
+def remote_write_ticks(
+    steward: Steward, clock: SimClock, book: PrometheusSource, n: int, zombies: set[str], repeats: int
+) -> dict[str, Any]:
+    """(d): ``repeats`` whole ticks, each after its new samples arrived by remote write."""
+    receiver = Receiver(
+        book.specs, max_samples=10 * n * 2 * TICK_S // SCRAPE_S + 1, clock=lambda: clock.now().timestamp()
+    )
+    steward.source = RemoteWriteSource(receiver, book)
+    ticks, receives, found = [], [], set()
+    for k in range(repeats):
+        bodies = tick_bodies(n, zombies, int(clock.now().timestamp()), seed=1000 + k)
+        clock.advance(TICK_S)
+        t0 = time.perf_counter()
+        for body in bodies:
+            receiver.receive(body)
+        t1 = time.perf_counter()
+        report = steward.tick()
+        t2 = time.perf_counter()
+        ticks.append((t2 - t0) * 1000)
+        receives.append((t1 - t0) * 1000)
+        found = {u for f in report.findings if f.rule == "zombie" for u in f.gpu_uuids}
+    return {
+        "tick_ms": round(statistics.median(ticks), 2),
+        "remote_write_receive_ms": round(statistics.median(receives), 2),
+        "remote_write_requests_per_tick": len(bodies),
+        "remote_write_body_kib": round(sum(map(len, bodies)) / len(bodies) / 1024, 1),
+        "zombies_remote_write": len(found),
+        "agree_remote_write": found == zombies,
+    }
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -148,6 +216,7 @@ def run(n: int, repeats: int, workdir: Path) -> dict[str, Any]:
         analysis_ms = median_ms(analysis, repeats)
         found = {u for f in report.findings if f.rule == "zombie" for u in f.gpu_uuids}
         reclaim = {u for f in report.findings if f.action is RuleAction.RECLAIM for u in f.gpu_uuids}
+        rw = remote_write_ticks(steward, clock, source, n, zombies, repeats)
     finally:
         prom.stop()
     return {
@@ -168,6 +237,8 @@ def run(n: int, repeats: int, workdir: Path) -> dict[str, Any]:
         "reclaim_gpus": len(reclaim),
         "agree": promql_found == found == zombies,
         "source_queries": source.queries,
+        **rw,
+        "ratio_promql_pack_over_tick": round(pack_ms / rw["tick_ms"], 2),
     }
 
 
