@@ -65,6 +65,8 @@ class StartedWait:
     waited_s: float
     started_at: datetime
     gpus: int = 0
+    #: The integration that read it: a job id is unique within its source only.
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from gpusteward.domain.models import (
     Notice,
     Workload,
 )
+from gpusteward.domain.queue import StartedWait
 from gpusteward.domain.records import (
     ApprovalRecord,
     AuditNote,
@@ -232,6 +233,25 @@ class Ledger(Protocol):
     def marks(self) -> dict[str, Mark]: ...
 
 
+#: How long a started job's queue wait is kept (a year's reports, and a month to spare).
+QUEUE_WAITS_KEPT = timedelta(days=400)
+
+
+class QueueWaitLog(Protocol):
+    """How long each started job waited in its queue, for the reports' queue time. A source
+    shows a job as started for as long as its look-back, so many ticks see it: it is kept once,
+    by (source, job id). Jobs still waiting are not here: they have not started."""
+
+    def record_queue_waits(self, waits: Iterable[StartedWait], at: datetime) -> None:
+        """Keep the waits not kept yet (the first sighting wins); forget those that started
+        more than ``QUEUE_WAITS_KEPT`` before ``at``."""
+        ...
+
+    def queue_waits(self, since: datetime, until: datetime) -> list[StartedWait]:
+        """Jobs started in [since, until), by start time (then source and id)."""
+        ...
+
+
 class HasLedger(Protocol):
     @property
     def ledger(self) -> Ledger: ...
@@ -251,6 +271,7 @@ class TickStore(
     WorkloadBook,
     HasLedger,
     Docs,
+    QueueWaitLog,
     Protocol,
 ):
     """Everything one tick reads and writes."""

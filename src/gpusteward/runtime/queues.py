@@ -58,7 +58,11 @@ class QueueReader:
                 continue
             # Jobs named by their source, so merged queues from two systems stay apart.
             got.append(
-                replace(q, pending=tuple(p if p.source else replace(p, source=name) for p in q.pending))
+                replace(
+                    q,
+                    pending=tuple(p if p.source else replace(p, source=name) for p in q.pending),
+                    started=tuple(s if s.source else replace(s, source=name) for s in q.started),
+                )
             )
         self.latest = merge(got)
         return self.latest

@@ -45,6 +45,7 @@ from gpusteward.store.dbschema import (
 )
 from gpusteward.store.docs import SqlDocs
 from gpusteward.store.ledger import LedgerStore
+from gpusteward.store.queue_waits import SqlQueueWaits
 from gpusteward.store.rows import (
     audit_of,
     chunks,
@@ -87,11 +88,11 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-class StateStore(OwnerControls, ActionLog, SqlDocs):
+class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
     """gpusteward's durable state. One instance per process; safe to reopen on the same database.
 
     Approvals and snoozes come from ``store.controls.OwnerControls``, actions from
-    ``store.actions.ActionLog``."""
+    ``store.actions.ActionLog``, queue waits from ``store.queue_waits.SqlQueueWaits``."""
 
     def __init__(self, url: str = "sqlite:///gpusteward.db") -> None:
         self._snapshots: dict[str, dict[str, Any]] = {}  # workload id → snapshot last written

@@ -287,3 +287,14 @@ used_links_t = Table(
     _text("purpose", 64),
     _at("used_at", nullable=False),
 )
+# Queue time (issue 16, store.queue_waits): one row per started job, however many ticks saw it.
+queue_waits_t = Table(
+    "queue_waits",
+    md,
+    Column("source", String(64), primary_key=True),
+    _id("job_id", primary_key=True),
+    _text("queue", 255),
+    _int("gpus"),
+    Column("waited_s", Float, nullable=False),
+    _at("started_at", nullable=False, index=True),
+)

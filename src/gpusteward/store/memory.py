@@ -12,10 +12,11 @@ import copy
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpusteward.domain.models import Decision, Finding, LadderState, Notice, Workload
+from gpusteward.domain.queue import StartedWait
 from gpusteward.domain.records import (
     AuditNote,
     AuditRecord,
@@ -31,6 +32,7 @@ from gpusteward.domain.records import (
     episode_waste,
     jsonable,
 )
+from gpusteward.domain.store_ports import QUEUE_WAITS_KEPT
 from gpusteward.store.memory_controls import MemoryControls, MemoryJournal, last_n
 
 _MAXED = ("gpus_requested", "gpus_held", "advise_idle_gpus")
@@ -110,6 +112,8 @@ class MemoryStore(MemoryJournal, MemoryControls):
         self._workloads: dict[str, WorkloadRecord] = {}
         self._ledger = MemoryLedger()
         self._docs: dict[str, Any] = {}
+        self._waits: dict[tuple[str, str], StartedWait] = {}
+        self._waits_pruned_to: datetime | None = None
 
     @property
     def ledger(self) -> MemoryLedger:
@@ -222,6 +226,20 @@ class MemoryStore(MemoryJournal, MemoryControls):
         self._docs[key] = copy.deepcopy(jsonable(value))
         if audit is not None:
             self.audit(audit.event, at, workload_id, **audit.payload)
+
+    # -- queue waits: one per (source, job id), the first sighting kept ------------------------
+    def record_queue_waits(self, waits: Iterable[StartedWait], at: datetime) -> None:
+        for w in waits:
+            self._waits.setdefault((w.source, w.id), replace(w, started_at=w.started_at.astimezone(UTC)))
+        cutoff = at - QUEUE_WAITS_KEPT
+        if self._waits_pruned_to is None or cutoff - self._waits_pruned_to >= timedelta(days=1):
+            # Once a day of ``at`` at most: a simulated run writes every tick.
+            self._waits = {k: w for k, w in self._waits.items() if w.started_at >= cutoff}
+            self._waits_pruned_to = cutoff
+
+    def queue_waits(self, since: datetime, until: datetime) -> list[StartedWait]:
+        found = (w for w in self._waits.values() if since <= w.started_at < until)
+        return sorted(found, key=lambda w: (w.started_at, w.source, w.id))
 
     # -- workload snapshots -------------------------------------------------------------------
     def remember_workloads(self, workloads: Iterable[Workload], at: datetime) -> None:
