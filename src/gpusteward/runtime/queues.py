@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from gpusteward.domain.errors import StoreError
 from gpusteward.domain.integration import Integration
 from gpusteward.domain.queue import Queue
+from gpusteward.domain.store_ports import QueueWaitLog
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +68,15 @@ class QueueReader:
             )
         self.latest = merge(got)
         return self.latest
+
+
+def record_waits(store: QueueWaitLog, queue: Queue | None, now: datetime) -> None:
+    """Keep the started jobs' waits for the reports (the leader's record phase). A job the
+    look-back shows again is kept once; a write that fails is logged, not raised: the next
+    tick's look-back brings the same jobs back."""
+    if queue is None:
+        return
+    try:
+        store.record_queue_waits(queue.started, now)
+    except StoreError:
+        log.exception("queue waits not written; the next tick's look-back brings them again")
