@@ -7,6 +7,8 @@ import logging
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.integration import BuildContext, Integration
 from gpusteward.integrations.replay.load import load_trace
+from gpusteward.integrations.replay.pods import load_pod_list
+from gpusteward.integrations.replay.queue_model import QueueModel
 from gpusteward.integrations.replay.settings import ReplaySettings
 from gpusteward.integrations.replay.source import ReplayExecutor, ReplaySource
 from gpusteward.integrations.replay.trace import Trace
@@ -38,6 +40,14 @@ def build(cfg: ReplaySettings, ctx: BuildContext) -> Integration:
     if cfg.align == "now":
         offset = ctx.clock.now().timestamp() - (trace.start + ctx.window_s)
     source = ReplaySource(trace, offset_s=offset, default_class=cfg.default_class)
+    queue = None
+    if cfg.queue is not None:
+        jobs = load_pod_list(cfg.queue, scale=cfg.queue_scale).jobs
+        queue = QueueModel(trace, jobs, source.released_at, offset_s=offset, source_name=source.name).queue
     return Integration(
-        name="replay", source=source, executors=[ReplayExecutor(source)], history=source.history
+        name="replay",
+        source=source,
+        executors=[ReplayExecutor(source)],
+        history=source.history,
+        queue=queue,
     )

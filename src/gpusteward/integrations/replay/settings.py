@@ -27,6 +27,18 @@ class ReplaySettings(BaseModel):
     gpu_model: str = Field(
         "", description="GPU model for traces that do not name one (prices GPU-hours; e.g. H100)."
     )
+    queue: Path | None = Field(
+        None,
+        description="Pod list of arriving jobs (Alibaba openb_pod_list format) that wait for the "
+        "trace's GPUs: the replay gets a queue, and a backtest reports queue times with and "
+        "without gpusteward.",
+    )
+    queue_scale: float = Field(
+        1.0,
+        gt=0,
+        description="Multiplies the pod list's arrival times, not its run times: 1/k fits k days "
+        "of pods into one day of replay and asks k times as much of the cluster at once.",
+    )
     default_class: Literal["unknown", "batch", "service", "interactive"] = Field(
         "unknown",
         description="What a workload is when the trace has no class column: unknown is judged by "
