@@ -76,7 +76,8 @@ def report(
         finally:
             store.close()
     if json_out:
-        print(json.dumps({"files": {w.scope: str(w.path) for w in written}}, indent=2))
+        figures = {k: v for w in written for k, v in w.figures.items()}
+        print(json.dumps({"files": {w.scope: str(w.path) for w in written}, **figures}, indent=2))
         return
     for w in written:
         out.print(f"{w.scope}: {w.path}", highlight=False)

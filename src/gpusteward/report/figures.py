@@ -16,6 +16,7 @@ from typing import Any
 from gpusteward.report.consolidation import ConsolidationSection
 from gpusteward.report.faults import FaultSection
 from gpusteward.report.insight_rows import InsightRow
+from gpusteward.report.queue import QueueSection
 from gpusteward.store.ledger import DailyRow, LedgerStore, StopRow, UsageRow
 
 #: Efficiency buckets: 0-10 %, 10-20 % ... 90-100 % of held GPU-hours that were busy.
@@ -90,6 +91,8 @@ class ReportData:
     consolidation: ConsolidationSection | None = None
     #: GPU-hours lost to failed GPUs (report/faults.py); None: no section.
     faults: FaultSection | None = None
+    #: Queue time of the jobs started in the period (report/queue.py), cluster page only.
+    queue: QueueSection | None = None
     #: The live safety figures (``RolloutBook.safety``), cluster page only; None: no section.
     safety: dict[str, Any] | None = None
 

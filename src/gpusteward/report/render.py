@@ -7,10 +7,10 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import jinja2
 from markupsafe import Markup
@@ -23,6 +23,7 @@ from gpusteward.report.consolidation import gather_consolidation
 from gpusteward.report.faults import gather_faults
 from gpusteward.report.figures import BUCKETS, ReportData, gather
 from gpusteward.report.insight_rows import gather_insights
+from gpusteward.report.queue import duration, gather_queue
 from gpusteward.runtime.rollout import RolloutBook
 from gpusteward.store.db import StateStore
 from gpusteward.store.files import ensure_folder, write_text
@@ -42,6 +43,7 @@ def _env() -> jinja2.Environment:
     )
     env.filters["num"] = fmt
     env.filters["money"] = lambda v: f"{v:,.2f}"
+    env.filters["duration"] = duration
     return env
 
 
@@ -118,6 +120,8 @@ def team_files(teams: Iterable[str]) -> dict[str, str]:
 class Written:
     scope: str
     path: Path
+    #: Figures of the page for ``report --json`` (the cluster's queue time).
+    figures: dict[str, Any] = field(default_factory=dict)
 
 
 def period_bounds(ledger: LedgerStore, period: Period, end: date | None) -> tuple[date, date]:
@@ -150,6 +154,7 @@ def write_reports(
     cluster.insights = gather_insights(store, start, stop)
     cluster.consolidation = gather_consolidation(store, consolidation)
     cluster.faults = gather_faults(store, start, stop)
+    cluster.queue = gather_queue(store, start, stop)
     if policy is not None:
         cluster.safety = RolloutBook(store, policy).safety()
     ensure_folder(out)
@@ -164,4 +169,4 @@ def write_reports(
         write_text(out / name, render(data))
         written.append(Written(team, out / name))
     write_text(out / "index.html", render(cluster, links=links))
-    return [Written("cluster", out / "index.html"), *written]
+    return [Written("cluster", out / "index.html", {"queue": cluster.queue.as_dict()}), *written]
