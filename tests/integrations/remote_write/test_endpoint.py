@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from gpusteward.integrations.prometheus.parse import DEFAULT_SPECS
 from gpusteward.integrations.remote_write import Receiver, encode
+from gpusteward.integrations.remote_write import receiver as receiver_module
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.store.access import AccessStore
 from gpusteward.store.db import StateStore
@@ -147,7 +148,10 @@ def test_only_post(site: Site) -> None:
     assert r.status_code == 405
 
 
-def test_without_a_remote_write_source_the_answer_is_503(tmp_path: Path) -> None:
+def test_without_a_remote_write_source_the_answer_is_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(receiver_module, "_active", None)  # no loop in this process has ticked one
     site = Site(tmp_path, None)
     r = site.post(_body())
     assert r.status_code == 503

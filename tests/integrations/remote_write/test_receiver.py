@@ -19,6 +19,7 @@ from gpusteward.integrations.remote_write import BadBody, BufferFull, Receiver, 
 from gpusteward.integrations.remote_write.build import build
 from gpusteward.integrations.remote_write.proto.remote_pb2 import WriteRequest
 from gpusteward.integrations.remote_write.settings import RemoteWriteSettings
+from gpusteward.integrations.remote_write.wire import labels as label_dict
 from gpusteward.integrations.sim import SimClock
 
 Scraped = list[tuple[dict[str, str], float]]
@@ -35,7 +36,7 @@ def test_a_body_of_real_dcgm_series_decodes_to_the_same_series(dcgm: Scraped) ->
     req = decode(body, 1 << 24)
     assert len(req.timeseries) == len(dcgm)
     got = {
-        tuple((lb.name, lb.value) for lb in ts.labels): (ts.samples[0].timestamp, ts.samples[0].value)
+        tuple(sorted(label_dict(ts.labels).items())): (ts.samples[0].timestamp, ts.samples[0].value)
         for ts in req.timeseries
     }
     for labels, v in dcgm:
@@ -108,6 +109,10 @@ def test_only_series_gpusteward_reads_are_kept(dcgm: Scraped) -> None:
     kept = {s.name for s in rx.drain()}
     assert kept == {labels["__name__"] for labels, _ in dcgm if labels["__name__"] in DEFAULT_SPECS}
     assert "DCGM_FI_DEV_SM_CLOCK" not in kept  # read by no rule
+    # Known by their encoded labels the next time: the same series kept, the others skipped.
+    again = rx.push(decode(encode((labels, [(T0 + 1000, v)]) for labels, v in dcgm), 1 << 24))
+    assert again.accepted == sum(1 for labels, _ in dcgm if labels["__name__"] in DEFAULT_SPECS)
+    assert {s.name for s in rx.drain()} == kept
 
 
 def test_a_request_past_the_buffer_bound_is_refused_whole_until_the_tick_drains(dcgm: Scraped) -> None:

@@ -24,10 +24,13 @@ from typing import TYPE_CHECKING
 
 from gpusteward.integrations.prometheus.query import RawSeries
 from gpusteward.integrations.remote_write.wire import decode
+from gpusteward.integrations.remote_write.wire import labels as decode_labels
 
 if TYPE_CHECKING:
-    from gpusteward.integrations.remote_write.proto.remote_pb2 import WriteRequest
+    from gpusteward.integrations.remote_write.proto.remote_pb2 import WriteRequestRaw
 
+#: Series skipped by their encoded labels, at most (then the set starts again).
+MAX_UNWANTED = 1_000_000
 #: Prometheus refuses samples further ahead of its clock than this (``maxAheadTime``).
 MAX_AHEAD_MS = 10 * 60 * 1000
 
@@ -90,7 +93,8 @@ class Receiver:
         self.clock = clock
         self.stats = Stats()
         self._lock = threading.Lock()
-        self._series: dict[tuple[tuple[str, str], ...], _Series] = {}
+        self._series: dict[tuple[bytes, ...], _Series] = {}
+        self._unwanted: set[tuple[bytes, ...]] = set()
         self._pending: list[_Series] = []
         self._buffered = 0
         self._pruned_at = clock()
@@ -105,17 +109,26 @@ class Receiver:
         Raises ``BadBody``, ``TooLarge`` or ``BufferFull``."""
         return self.push(decode(body, self.max_decoded_bytes))
 
-    def push(self, req: WriteRequest) -> Stats:
-        names = self.names
-        wanted: list[tuple[dict[str, str], list[tuple[int, float]]]] = []
+    def push(self, req: WriteRequestRaw) -> Stats:
+        # Samples leave protobuf outside the lock (the tick never waits on a decode); a series
+        # is known by its encoded labels, so only a new one has them parsed.
+        wanted: list[tuple[tuple[bytes, ...], dict[str, str] | None, list[tuple[int, float]]]] = []
+        new: list[tuple[bytes, ...]] = []
         total = 0
-        # Labels and samples leave protobuf outside the lock: the tick never waits on a decode.
+        unwanted, known = self._unwanted, self._series
         for ts in req.timeseries:
-            labels = {lb.name: lb.value for lb in ts.labels}
-            if labels.get("__name__") in names and ts.samples:
-                points = [(s.timestamp, s.value) for s in ts.samples]
-                wanted.append((labels, points))
-                total += len(points)
+            key = tuple(ts.labels)
+            if key in unwanted or not ts.samples:
+                continue
+            labels = None
+            if key not in known:
+                labels = decode_labels(key)  # BadBody before anything is kept
+                if labels.get("__name__") not in self.names:
+                    new.append(key)
+                    continue
+            points = [(s.timestamp, s.value) for s in ts.samples]
+            wanted.append((key, labels, points))
+            total += len(points)
         out = Stats(requests=1)
         limit_ms = int(self.clock() * 1000) + MAX_AHEAD_MS
         with self._lock:
@@ -123,11 +136,11 @@ class Receiver:
             if total and self._buffered + total > self.max_samples:
                 self.stats.refused += 1
                 raise BufferFull(self.retry_after_s)
-            for labels, points in wanted:
-                key = tuple(labels.items())
+            self._not_wanted(new)
+            for key, labels, points in wanted:
                 s = self._series.get(key)
-                if s is None:
-                    s = self._series[key] = _Series(labels)
+                if s is None:  # new, or forgotten since it was looked up: parsed once, above
+                    s = self._series[key] = _Series(labels if labels is not None else decode_labels(key))
                 was_pending = bool(s.points)
                 for t, v in points:
                     if t > s.newest_ms:
@@ -151,6 +164,13 @@ class Receiver:
             st.too_new += out.too_new
             st.series = len(self._series)
         return out
+
+    def _not_wanted(self, keys: list[tuple[bytes, ...]]) -> None:
+        """Series gpusteward does not read (a Prometheus sends all it scrapes): skipped from now on
+        without a look at their labels. Forgotten all at once past a bound."""
+        if len(self._unwanted) + len(keys) > MAX_UNWANTED:
+            self._unwanted = set()
+        self._unwanted.update(keys)
 
     def drain(self) -> list[RawSeries]:
         """The samples received since the last drain, per series, oldest first."""

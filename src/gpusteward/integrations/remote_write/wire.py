@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from gpusteward.domain.errors import SourceUnavailable
 
 if TYPE_CHECKING:
-    from gpusteward.integrations.remote_write.proto.remote_pb2 import WriteRequest
+    from gpusteward.integrations.remote_write.proto.remote_pb2 import WriteRequestRaw
+    from gpusteward.integrations.remote_write.proto.types_pb2 import Label
 
 EXTRA = "pip install 'gpusteward[remote-write]'"
 
@@ -44,9 +45,10 @@ def available() -> str:
     return ""
 
 
-def decode(body: bytes, max_decoded_bytes: int) -> WriteRequest:
-    """The request in ``body``. The length snappy declares is checked before decompressing: a
-    small body can claim (and expand to) many times its size."""
+def decode(body: bytes, max_decoded_bytes: int) -> WriteRequestRaw:
+    """The request in ``body``, each series' labels left encoded (``labels``). The length snappy
+    declares is checked before decompressing: a small body can claim (and expand to) many times
+    its size."""
     snappy, pb = _libs()
     try:
         size = snappy.decompress_raw_len(body)
@@ -58,12 +60,27 @@ def decode(body: bytes, max_decoded_bytes: int) -> WriteRequest:
         raw = bytes(snappy.decompress_raw(body))
     except Exception as e:
         raise BadBody(f"not a snappy block: {e}") from e
-    req: WriteRequest = pb.WriteRequest()
+    req: WriteRequestRaw = pb.WriteRequestRaw()
     try:
         req.ParseFromString(raw)
     except Exception as e:  # google.protobuf.message.DecodeError
         raise BadBody(f"not a prometheus.WriteRequest: {e}") from e
     return req
+
+
+def labels(encoded: Iterable[bytes]) -> dict[str, str]:
+    """A series' labels from their encoded ``Label`` messages."""
+    _libs()
+    from gpusteward.integrations.remote_write.proto.types_pb2 import Label as LabelMessage
+
+    out = {}
+    for raw in encoded:
+        try:
+            lb: Label = LabelMessage.FromString(raw)
+        except Exception as e:
+            raise BadBody(f"not a prometheus.Label: {e}") from e
+        out[lb.name] = lb.value
+    return out
 
 
 #: One series to send: its labels (``__name__`` among them) and (epoch ms, value) samples.

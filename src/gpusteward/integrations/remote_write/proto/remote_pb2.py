@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from gpusteward.integrations.remote_write.proto import types_pb2 as gpusteward_dot_integrations_dot_remote__write_dot_proto_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n7gpusteward/integrations/remote_write/proto/remote.proto\x12\nprometheus\x1a\x36gpusteward/integrations/remote_write/proto/types.proto\"@\n\x0cWriteRequest\x12*\n\ntimeseries\x18\x01 \x03(\x0b\x32\x16.prometheus.TimeSeriesJ\x04\x08\x02\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n7gpusteward/integrations/remote_write/proto/remote.proto\x12\nprometheus\x1a\x36gpusteward/integrations/remote_write/proto/types.proto\"@\n\x0cWriteRequest\x12*\n\ntimeseries\x18\x01 \x03(\x0b\x32\x16.prometheus.TimeSeriesJ\x04\x08\x02\x10\x03\"F\n\x0fWriteRequestRaw\x12-\n\ntimeseries\x18\x01 \x03(\x0b\x32\x19.prometheus.TimeSeriesRawJ\x04\x08\x02\x10\x03\"D\n\rTimeSeriesRaw\x12\x0e\n\x06labels\x18\x01 \x03(\x0c\x12#\n\x07samples\x18\x02 \x03(\x0b\x32\x12.prometheus.Sampleb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,4 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_WRITEREQUEST']._serialized_start=127
   _globals['_WRITEREQUEST']._serialized_end=191
+  _globals['_WRITEREQUESTRAW']._serialized_start=193
+  _globals['_WRITEREQUESTRAW']._serialized_end=263
+  _globals['_TIMESERIESRAW']._serialized_start=265
+  _globals['_TIMESERIESRAW']._serialized_end=333
 # @@protoc_insertion_point(module_scope)

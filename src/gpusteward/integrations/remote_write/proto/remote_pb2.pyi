@@ -13,3 +13,17 @@ class WriteRequest(_message.Message):
     TIMESERIES_FIELD_NUMBER: _ClassVar[int]
     timeseries: _containers.RepeatedCompositeFieldContainer[_types_pb2.TimeSeries]
     def __init__(self, timeseries: _Optional[_Iterable[_Union[_types_pb2.TimeSeries, _Mapping]]] = ...) -> None: ...
+
+class WriteRequestRaw(_message.Message):
+    __slots__ = ("timeseries",)
+    TIMESERIES_FIELD_NUMBER: _ClassVar[int]
+    timeseries: _containers.RepeatedCompositeFieldContainer[TimeSeriesRaw]
+    def __init__(self, timeseries: _Optional[_Iterable[_Union[TimeSeriesRaw, _Mapping]]] = ...) -> None: ...
+
+class TimeSeriesRaw(_message.Message):
+    __slots__ = ("labels", "samples")
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    labels: _containers.RepeatedScalarFieldContainer[bytes]
+    samples: _containers.RepeatedCompositeFieldContainer[_types_pb2.Sample]
+    def __init__(self, labels: _Optional[_Iterable[bytes]] = ..., samples: _Optional[_Iterable[_Union[_types_pb2.Sample, _Mapping]]] = ...) -> None: ...
