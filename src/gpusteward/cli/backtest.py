@@ -21,6 +21,7 @@ from gpusteward.cli.sweep import sweep_command
 from gpusteward.domain.models import utc
 from gpusteward.integrations.replay import Trace, TraceFormat, load_trace
 from gpusteward.integrations.replay.generic import parse_time
+from gpusteward.integrations.replay.pods import PodList, load_pod_list
 from gpusteward.integrations.replay.trace import time_problem
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.scenarios.backtest import (
@@ -31,6 +32,7 @@ from gpusteward.scenarios.backtest import (
     policy_settings,
     run_backtest,
 )
+from gpusteward.scenarios.backtest_queue import queue_line
 from gpusteward.scenarios.scoring import Scoring
 
 out = output.console()
@@ -89,6 +91,20 @@ def _trace(
         fail(f"--from and --to are needed to backtest the {source} source over its history")
     step = tick_seconds or settings.tick_seconds
     return history_trace(settings, source, _when(start, "--from"), _when(end, "--to"), step)
+
+
+def _pods(settings: Settings, path: Path | None, scale: float | None) -> PodList | None:
+    cfg = settings.source.replay
+    path = path or cfg.queue
+    if path is None:
+        if scale is not None:
+            fail("--queue-scale goes with --queue (or source.replay.queue)")
+        return None
+    pods = load_pod_list(path, scale=cfg.queue_scale if scale is None else scale)
+    if pods.skipped:
+        left = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in pods.skipped.items())
+        err.print(f"{path}: {len(pods.jobs)} jobs of {pods.rows} rows ({left} left out)", highlight=False)
+    return pods
 
 
 def _horizon_s(value: str) -> float:
@@ -167,6 +183,9 @@ def print_table(console: Console, results: Sequence[BacktestResult]) -> None:
             f"actions {level}", *(str(r.summary["actions_by_level"].get(level, 0)) for r in results)
         )
     console.print(table)
+    for r in results:
+        if line := queue_line(r.summary):
+            console.print(f"{r.policy}: {line}", highlight=False)
     for r in results:
         if r.summary["regret_workloads"]:
             shown = ", ".join(r.summary["regret_workloads"][:10])
@@ -276,6 +295,23 @@ def backtest(
     horizon: Annotated[
         str, typer.Option("--horizon", help="How far after a stop to look for busy samples (6h, 90m).")
     ] = "6h",
+    queue: Annotated[
+        Path | None,
+        typer.Option(
+            "--queue",
+            help="Pod list of arriving jobs (Alibaba openb_pod_list format; default "
+            "source.replay.queue): they wait for the trace's GPUs, demand paces the ladder, and the "
+            "result reports queue times with and without gpusteward.",
+        ),
+    ] = None,
+    queue_scale: Annotated[
+        float | None,
+        typer.Option(
+            "--queue-scale",
+            help="Multiply the pod list's arrival times, not run times: 0.25 fits four days of pods "
+            "into one day of replay (default source.replay.queue_scale, 1).",
+        ),
+    ] = None,
     sweep: Annotated[
         Path | None,
         typer.Option(
@@ -305,7 +341,10 @@ def backtest(
             fail(f"--format must be one of {', '.join(get_args(TraceFormat))}, not {fmt!r}")
         history = _trace(settings, source, trace, fmt, gpu_model, start, end, tick_seconds)
         policies = _policies(settings, policy or [])
+        pods = _pods(settings, queue, queue_scale)
         if sweep is not None:
+            if pods is not None:
+                fail("--queue goes with a plain backtest, not --sweep")
             if len(policies) > 1 or state is not None or actions_csv is not None:
                 fail("--sweep takes at most one --policy (its base), and no --state or --actions-csv")
             sweep_command(
@@ -335,6 +374,7 @@ def backtest(
                         state_url=url,
                         on_tick=task(name),
                         scoring=scoring,
+                        queue=pods,
                     )
                 )
     if actions_csv is not None:

@@ -33,11 +33,14 @@ from gpusteward.domain.ports import SystemClock
 from gpusteward.domain.yamlload import load_yaml
 from gpusteward.integrations.replay import BUSY_PCT, ReplayExecutor, ReplaySource, Stop, Trace
 from gpusteward.integrations.replay.observed import trace_from_observations
+from gpusteward.integrations.replay.pods import PodList
+from gpusteward.integrations.replay.queue_model import QueueModel
 from gpusteward.integrations.sim import SimClock
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.ledger_recorder import LedgerRecorder
 from gpusteward.runtime.registry import build_integration
+from gpusteward.scenarios.backtest_queue import queue_figures
 from gpusteward.scenarios.scoring import DEFAULT_SCORING, Scorer, Scoring
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import LedgerStore
@@ -143,12 +146,14 @@ def run_backtest(
     state_url: str | None = None,
     on_tick: Callable[[float], None] | None = None,
     scoring: Scoring = DEFAULT_SCORING,
+    queue: PodList | None = None,
 ) -> BacktestResult:
     """Run ``settings``' policy over ``trace`` in enforce mode against the replay.
 
     ``tick_s`` defaults to the trace's sampling interval; ``state_url`` keeps the state and
     ledger (a temporary SQLite file otherwise); ``on_tick(share_done)`` reports progress;
-    ``scoring`` says what makes a stop a false kill.
+    ``scoring`` says what makes a stop a false kill; ``queue`` (a pod list) gives the replay a
+    scheduler whose queue the tick reads, and the summary its queue times (``backtest_queue``).
     """
     tick = float(tick_s or max(1.0, trace.interval_s))
     with _state(state_url) as url:
@@ -159,7 +164,15 @@ def run_backtest(
         store = StateStore(url)
         try:
             store.create_schema()
-            return _run(trace, cfg, policy, tick, source, executor, store, on_tick, Scorer(trace, scoring))
+            model = None
+            if queue is not None:
+                model = QueueModel(trace, queue.jobs, source.released_at, source_name=source.name)
+            result = _run(
+                trace, cfg, policy, tick, source, executor, store, on_tick, Scorer(trace, scoring), model
+            )
+            if model is not None and queue is not None:
+                result.summary.update(queue_figures(model, queue))
+            return result
         finally:
             store.close()
 
@@ -174,6 +187,7 @@ def _run(
     store: StateStore,
     on_tick: Callable[[float], None] | None,
     scorer: Scorer,
+    queue: QueueModel | None = None,
 ) -> BacktestResult:
     index = {w.id: i for i, w in enumerate(trace.workloads)}
     busy_cache: dict[tuple[int, float], float | None] = {}
@@ -192,7 +206,13 @@ def _run(
 
     clock = SimClock(utc(trace.start))
     notifier = CountingNotifier()
-    integration = Integration(name="replay", source=source, executors=[executor], history=source.history)
+    integration = Integration(
+        name="replay",
+        source=source,
+        executors=[executor],
+        history=source.history,
+        queue=None if queue is None else queue.queue,
+    )
     steward, _ = build_steward(
         cfg, clock=clock, notifier=notifier, store=store, integration=integration, backfill=False
     )

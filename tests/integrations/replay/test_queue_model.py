@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from gpusteward.domain.errors import ConfigError
+from gpusteward.domain.integration import BuildContext
 from gpusteward.domain.models import Gpu, Owner
-from gpusteward.integrations.replay import Trace, TraceWorkload
+from gpusteward.integrations.replay import ReplaySettings, Trace, TraceWorkload
+from gpusteward.integrations.replay.build import build
 from gpusteward.integrations.replay.pods import (
     FRACTIONAL,
     NEVER_SCHEDULED,
@@ -24,6 +26,7 @@ from gpusteward.integrations.replay.pods import (
     load_pod_list,
 )
 from gpusteward.integrations.replay.queue_model import QueueModel
+from gpusteward.integrations.sim import SimClock
 
 T0 = 1_700_000_000.0
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "openb_pod_list_days118-120.csv"
@@ -175,3 +178,21 @@ def test_the_shipped_pod_list_slice() -> None:
     assert {j.gpus for j in pods.jobs} <= {1, 2, 4, 8}
     assert min(j.arrival_s for j in pods.jobs) >= 0.0
     assert all(j.duration_s > 0 for j in pods.jobs)
+
+
+def test_source_replay_with_a_queue_setting(tmp_path: Path) -> None:
+    """``source.replay.queue`` gives the built integration a queue read in the shifted time."""
+    small = Path(__file__).resolve().parents[2] / "fixtures" / "replay" / "generic_small.csv"
+    clock = SimClock(datetime(2030, 1, 1, tzinfo=UTC))
+    plain = build(ReplaySettings(trace=small), BuildContext(clock=clock, window_s=600))
+    assert plain.queue is None
+    cfg = ReplaySettings(trace=small, queue=FIXTURE, queue_scale=0.001)
+    integration = build(cfg, BuildContext(clock=clock, window_s=600))
+    assert integration.queue is not None
+    q = integration.queue(clock.now())
+    # 600 s of window before now at scale 0.001: the arrivals of the slice's first 600,000 s.
+    jobs = load_pod_list(FIXTURE, scale=0.001).jobs
+    due = [j for j in jobs if j.arrival_s < 600.0]
+    assert due
+    assert len(q.pending) + len(q.started) == len(due)
+    assert all(p.submitted_at < clock.now() for p in q.pending)
