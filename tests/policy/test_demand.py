@@ -193,3 +193,16 @@ def test_step_times_are_monotone_in_demand_and_bounded(
     stop = t_more[2] - T0
     assert stop >= timedelta(minutes=base.graceful_stop_after_minutes * lo) - timedelta(microseconds=1)
     assert stop <= timedelta(minutes=base.graceful_stop_after_minutes * hi) + timedelta(microseconds=1)
+
+
+@pytest.mark.parametrize(
+    ("cls", "paced"), [("batch", True), ("interactive", True), ("service", False), ("unknown", False)]
+)
+def test_only_the_paced_classes_move_faster(cls: str, paced: bool) -> None:
+    """A service's idle spell ends when its traffic returns, whatever waits in the queue."""
+    w = workload("w", ["GPU-0"], labels={"gpusteward.io/class": cls})
+    stop = dict(climb(pending([64]), w=w))["graceful-stop"]
+    # 7.5 min at the 0.25 bound, taken on the first 10 s tick after it; 30 at the normal pace.
+    assert (stop < 8) if paced else (stop == 30.0)
+    everyone = PolicySettings(demand=DemandSettings(classes=["service", "unknown", "batch", "interactive"]))
+    assert dict(climb(pending([64]), everyone, w=w))["graceful-stop"] < 8

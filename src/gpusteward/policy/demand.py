@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from gpusteward.domain.classes import workload_class
 from gpusteward.domain.models import Gpu, Workload
 from gpusteward.domain.queue import Queue, same_model
 from gpusteward.policy.settings import DemandSettings, LadderSettings
@@ -51,9 +52,9 @@ def demand_for(
     w: Workload, queue: Queue | None, gpus: Mapping[str, Gpu], settings: DemandSettings
 ) -> Demand | None:
     """The demand for the model ``w`` holds (the most waited-for one if it holds several), or
-    None when no queue was read or none of its GPUs is known."""
+    None when no queue was read, none of its GPUs is known or its class is not paced."""
     models = sorted({gpus[u].model for u in w.gpu_uuids if u in gpus})
-    if queue is None or not models:
+    if queue is None or not models or workload_class(w) not in settings.classes:
         return None
     waiting = [p for p in queue.pending if p.waits_for_gpus and p.gpus > 0]
     best: Demand | None = None

@@ -208,6 +208,10 @@ class WorkingHoursSettings(_Strict):
         return self
 
 
+def _paced_classes() -> list[WorkloadClass]:
+    return ["batch", "interactive"]
+
+
 class DemandSettings(_Strict):
     """Waiting jobs make reclaiming urgent: the waits between ladder steps for idle holders of a GPU
     model that jobs wait for shrink, down to ``min_factor`` (issue 16). The defaults leave the ladder
@@ -230,6 +234,12 @@ class DemandSettings(_Strict):
         le=10,
         description="Waits times this when a queue was read and nobody waits for the model (the "
         "ladder may move slower); 1: unchanged. An unread queue always means the normal pace.",
+    )
+    classes: list[WorkloadClass] = Field(
+        default_factory=_paced_classes,
+        description="Classes whose ladder demand paces. A service's idle spell ends when its traffic "
+        "returns, whatever waits in the queue, so services and unknown workloads keep their pace "
+        "unless named here (on the dev trace, pacing them turned one quiet pod into a false kill).",
     )
 
 

@@ -36,6 +36,7 @@ class ReplaySettings(BaseModel):
     queue_scale: float = Field(
         1.0,
         gt=0,
+        le=1000,
         description="Multiplies the pod list's arrival times, not its run times: 1/k fits k days "
         "of pods into one day of replay and asks k times as much of the cluster at once.",
     )
