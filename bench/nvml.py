@@ -51,6 +51,8 @@ CAPTURE = (
 )
 NOW = datetime(2026, 7, 14, 9, 0, tzinfo=UTC)
 TARGET_MB = 150.0
+TARGET_CPU_PCT = 1.0
+INTERVAL_S = 10  # the exporter's scrape and the agent's tick, as deployed on a node
 FIRST_PID = 20_000
 # The baseline process: an interpreter that reads its own memory high-water mark and exits.
 BARE_PYTHON = """
@@ -160,22 +162,27 @@ class _Static:
         return self.families
 
 
-def scrape(gpus: int, procs: int, repeats: int, root: Path) -> dict[str, float]:
-    nvml = Nvml(FakeNvmlLib(make_node(gpus, procs)))
-    nvml.start()
-    collector = NodeCollector(NvmlSampler(nvml), ProcReader(root, clock_ticks=100), "bench")
-    registry = registry_for(collector)
-    text = generate_latest(registry)
+def _static_families(registry: CollectorRegistry) -> list[GaugeMetricFamily]:
+    """One scrape's series, copied into gauges that render without sampling anything."""
     families = []
-    for family in collector.collect():
+    for family in registry.collect():
         static = GaugeMetricFamily(
             family.name, family.documentation, labels=list(family.samples[0].labels) if family.samples else []
         )
         for s in family.samples:
             static.add_metric(list(s.labels.values()), s.value)
         families.append(static)
+    return families
+
+
+def scrape(gpus: int, procs: int, repeats: int, root: Path) -> dict[str, float]:
+    nvml = Nvml(FakeNvmlLib(make_node(gpus, procs)))
+    nvml.start()
+    collector = NodeCollector(NvmlSampler(nvml), ProcReader(root, clock_ticks=100), "bench")
+    registry = registry_for(collector)
+    text = generate_latest(registry)
     baseline = CollectorRegistry(auto_describe=False)
-    baseline.register(_Static(families))  # type: ignore[arg-type]
+    baseline.register(_Static(_static_families(registry)))  # type: ignore[arg-type]
     scrape_us = median_us(lambda: generate_latest(registry), repeats)
     base_us = median_us(lambda: generate_latest(baseline), repeats)
     return {
@@ -188,7 +195,13 @@ def scrape(gpus: int, procs: int, repeats: int, root: Path) -> dict[str, float]:
 
 
 def node_mode(gpus: int, procs: int, ticks: int, root: Path) -> dict[str, float]:
-    """Runs in a child process: the agent's loop with the nvml source and the exporter's collector."""
+    """Runs in a child process: the agent's loop with the nvml source and the exporter's collector.
+
+    Each pass is one 10 s interval of a node: a steward tick (nvml source, /proc attribution,
+    analysis, SQLite state) and one scrape of the exporter's collector, run back to back. The
+    baseline, in the same process after the agent's loop: per pass, the fake calls alone
+    (``direct_pass``) and a bare prometheus_client render of the same series from memory.
+    """
     from gpusteward.integrations.nvml.build import build as build_nvml
     from gpusteward.runtime.build import build_steward
     from gpusteward.runtime.config import load_settings
@@ -209,7 +222,7 @@ def node_mode(gpus: int, procs: int, ticks: int, root: Path) -> dict[str, float]
 
     settings = load_settings(
         None,
-        tick_seconds=30,
+        tick_seconds=INTERVAL_S,
         source={"name": "nvml", "nvml": {"proc_root": str(root), "node": "bench"}},
         store={"url": f"sqlite:///{root.parent / 'state.db'}"},
     )
@@ -221,11 +234,22 @@ def node_mode(gpus: int, procs: int, ticks: int, root: Path) -> dict[str, float]
         integration=build_nvml(settings.source.nvml, build_context(settings, clock), lib=lib),
     )
     registry = registry_for(NodeCollector(NvmlSampler(Nvml(lib)), ProcReader(root), "bench"))
+    cpu = time.process_time()
     for _ in range(ticks):
         steward.tick()
         generate_latest(registry)
-        clock.at += timedelta(seconds=30)
-    return {"rss_mb": _status_mb("VmHWM"), "rss_now_mb": _status_mb("VmRSS")}
+        clock.at += timedelta(seconds=INTERVAL_S)
+    agent_cpu_s = time.process_time() - cpu
+    rss = {"rss_mb": _status_mb("VmHWM"), "rss_now_mb": _status_mb("VmRSS")}
+    baseline = CollectorRegistry(auto_describe=False)
+    baseline.register(_Static(_static_families(registry)))  # type: ignore[arg-type]
+    base_lib = FakeNvmlLib(make_node(gpus, procs))
+    base_lib.nvmlInit()
+    cpu = time.process_time()
+    for _ in range(ticks):
+        direct_pass(base_lib)
+        generate_latest(baseline)
+    return {**rss, "agent_cpu_s": agent_cpu_s, "baseline_cpu_s": time.process_time() - cpu}
 
 
 def _status_mb(field: str) -> float:
@@ -244,9 +268,11 @@ def _child(args: list[str]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--procs", type=int, default=50, help="processes per GPU")
+    ap.add_argument("--procs", type=int, default=32, help="processes per GPU")
     ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--ticks", type=int, default=120, help="agent ticks for the memory measurement")
+    ap.add_argument(
+        "--ticks", type=int, default=360, help="agent passes at 10 s for CPU and memory (360: an hour)"
+    )
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     ap.add_argument("--node-mode", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -274,9 +300,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             ]
         )
         bare = _child(["-c", BARE_PYTHON])
+    simulated_s = args.ticks * INTERVAL_S
+    cpu_pct = 100 * node["agent_cpu_s"] / simulated_s
+    base_pct = 100 * node["baseline_cpu_s"] / simulated_s
     out.update(
         {
             "agent_ticks": args.ticks,
+            "interval_s": INTERVAL_S,
+            "agent_cpu_s": round(node["agent_cpu_s"], 3),
+            "cpu_pct_of_core": round(cpu_pct, 3),
+            "cpu_baseline_pct_of_core": round(base_pct, 3),
+            "cpu_ratio": round(cpu_pct / base_pct, 2) if base_pct else float("nan"),
+            "cpu_target_pct": TARGET_CPU_PCT,
+            "cpu_within_target": cpu_pct <= TARGET_CPU_PCT,
             "rss_mb": node["rss_mb"],
             "rss_baseline_mb": bare["rss_mb"],
             "rss_ratio": round(node["rss_mb"] / bare["rss_mb"], 2),
@@ -291,6 +327,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"choke point x{out['choke_ratio']} over direct calls\n"
             f"scrape of {args.gpus} GPUs x {args.procs} processes: {out['scrape_ms']} ms "
             f"({out['scrape_series']} series; x{out['scrape_ratio']} over rendering them from memory)\n"
+            f"agent in node mode, {args.ticks} passes at {INTERVAL_S} s: "
+            f"{out['cpu_pct_of_core']} % of a core "
+            f"(fake calls + bare render {out['cpu_baseline_pct_of_core']} %; target {TARGET_CPU_PCT:g} %)\n"
             f"agent RSS in node mode: {out['rss_mb']} MB "
             f"(bare Python {out['rss_baseline_mb']} MB; target {TARGET_MB:g} MB)"
         )

@@ -25,5 +25,12 @@ def test_bench_runs_and_reports_every_figure(load_bench, capsys: pytest.CaptureF
     assert out["rss_mb"] > 0
     assert out["rss_baseline_mb"] < out["rss_mb"]
     assert out["rss_target_mb"] == 150.0
+    # CPU over 3 passes at 10 s: some CPU time, a share of the simulated 30 s, the baseline beside it.
+    assert out["interval_s"] == 10
+    assert 0 < out["agent_cpu_s"] < 30
+    assert out["cpu_pct_of_core"] == pytest.approx(100 * out["agent_cpu_s"] / 30, abs=0.01)
+    assert out["cpu_baseline_pct_of_core"] > 0
+    assert out["cpu_target_pct"] == 1.0
+    assert out["cpu_within_target"] == (out["cpu_pct_of_core"] <= 1.0)
     # 2 GPUs x 3 processes: 6 series in each per-process family.
     assert out["scrape_series"] > 6 * 3
