@@ -75,7 +75,8 @@ class AnalysisResult:
 
 
 class _Holdings:
-    """The (workload, GPU) pairs every rule is evaluated over, grouped by workload."""
+    """The (workload, GPU) pairs every rule is evaluated over, grouped by workload: group ``g``
+    is held by ``workloads[g]`` (``per_gpu``: one group per GPU and holder)."""
 
     def __init__(self, inp: AnalysisInput) -> None:
         self.workloads = list(inp.workloads)
@@ -87,18 +88,57 @@ class _Holdings:
         self.group = np.repeat(np.arange(len(per), dtype=np.intp), sizes)
         self.group_size: FloatArray = sizes.astype(np.float64)
         self.gpu_index = inp.view.indices_of(self.uuids)
-        self.gpus = inp.gpus
-        self.now = inp.now
+        self.gpus, self.now = inp.gpus, inp.now
+        #: Whether a group holding all its workload's GPUs lists exactly ``gpu_uuids``.
+        self.whole_workloads = True
         self._classes: npt.NDArray[np.intp] | None = None
+        self._group_codes: Callable[[], npt.NDArray[np.intp]] = self._workload_codes
+
+    def _workload_codes(self) -> npt.NDArray[np.intp]:
+        codes = {c: i for i, c in enumerate(CLASSES)}
+        return np.fromiter((codes[workload_class(w)] for w in self.workloads), np.intp, len(self.workloads))
+
+    def per_gpu(self, inp: AnalysisInput) -> _Holdings:
+        """Every GPU of ``inp.gpus`` once per holder (holders in workload order), a free one
+        once with a holder of id ``""``. Built from these holdings' arrays: no per-GPU objects."""
+        gpus = list(inp.gpus)
+        gidx = inp.view.indices_of(gpus)
+        if gidx.size and gidx.min() >= 0 and (self.gpu_index.size == 0 or self.gpu_index.min() >= 0):
+            # Every GPU is in the store, whose rows are unique per uuid: key them by row.
+            pos = np.full(inp.view.n_gpus, -1, dtype=np.intp)
+            pos[gidx] = np.arange(len(gpus), dtype=np.intp)
+            at = pos[self.gpu_index]
+        else:
+            where = {u: i for i, u in enumerate(gpus)}
+            at = np.fromiter(map(where.get, self.uuids, itertools.repeat(-1)), np.intp, len(self.uuids))
+        held = at >= 0
+        free = np.ones(len(gpus), dtype=np.bool_)
+        free[at[held]] = False
+        free_at = np.flatnonzero(free)
+        gpu_at = np.concatenate((at[held], free_at))
+        order = np.argsort(gpu_at, kind="stable")  # keeps each GPU's holders in workload order
+        holder = np.concatenate((self.group[held], np.full(free_at.size, len(self.workloads), np.intp)))
+        gpu_at, holder = gpu_at[order], holder[order]
+        nobody = Workload("", WorkloadKind.PROCESS, "", Owner(""), 0, (), inp.now)
+        holders = [*self.workloads, nobody]
+        out = object.__new__(_Holdings)
+        out.workloads = list(map(holders.__getitem__, holder.tolist()))
+        out.uuids = list(map(gpus.__getitem__, gpu_at.tolist()))
+        out.group = np.arange(len(out.uuids), dtype=np.intp)
+        out.group_size = np.ones(len(out.uuids), dtype=np.float64)
+        out.gpu_index = gidx[gpu_at]
+        out.gpus, out.now, out.whole_workloads, out._classes = inp.gpus, inp.now, False, None
+
+        def codes() -> npt.NDArray[np.intp]:
+            return np.append(self._group_codes(), CLASSES.index(workload_class(nobody)))[holder]
+
+        out._group_codes = codes
+        return out
 
     def class_codes(self) -> npt.NDArray[np.intp]:
         """Per holding, the index in ``CLASSES`` of its workload's class (computed once)."""
         if self._classes is None:
-            codes = {c: i for i, c in enumerate(CLASSES)}
-            per = np.fromiter(
-                (codes[workload_class(w)] for w in self.workloads), np.intp, len(self.workloads)
-            )
-            self._classes = per[self.group]
+            self._classes = self._group_codes()[self.group]
         return self._classes
 
     def _per_gpu(self, field: str) -> FloatArray:
@@ -215,8 +255,9 @@ def _findings(rule: CompiledRule, ctx: EvalContext, h: _Holdings, trip: BoolArra
     # A workload tripping on every GPU it holds (all of a reclaim rule's findings) lists
     # exactly its own tuple: share it rather than build an equal one.
     bl = bounds.tolist()
+    whole = h.whole_workloads
     gpu_uuids = [
-        w.gpu_uuids if k == n_held else tuple(uuids[lo:hi])
+        w.gpu_uuids if whole and k == n_held else tuple(uuids[lo:hi])
         for w, k, n_held, lo, hi in zip(workloads, counts, held, bl[:-1], bl[1:], strict=True)
     ]
     cols = Columns(
@@ -310,33 +351,23 @@ def _view_calls(
     return [(c[0], m, c[1]) for c, m in calls if c is not None]
 
 
-def _context(inp: AnalysisInput) -> tuple[_Holdings, EvalContext, BoolArray]:
-    h = _Holdings(inp)
+def _context(inp: AnalysisInput, h: _Holdings) -> tuple[EvalContext, BoolArray]:
     hook = make_inputs(h.workloads, h.group, h.class_codes, inp.history, inp.now)
     ctx = EvalContext(inp.view, h.gpu_index, h.group, h.group_size, h.attributes(), hook)
     age = inp.view.age_s()
     fresh = np.zeros(len(h.uuids), dtype=np.bool_)
     known = h.gpu_index >= 0
     fresh[known] = age[h.gpu_index[known]] <= inp.stale_after_s
-    return h, ctx, fresh
+    return ctx, fresh
 
 
-def _per_gpu(inp: AnalysisInput) -> AnalysisInput:
-    """Every GPU once per holder, free ones once with a holder of id ``""``: what repair rules
-    judge (a failed GPU matters whether or not anyone holds it)."""
-    free = Workload("", WorkloadKind.PROCESS, "", Owner(""), 0, (), inp.now)
-    held: dict[str, list[Workload]] = {}
-    for w in inp.workloads:
-        for u in w.gpu_uuids:
-            held.setdefault(u, []).append(w)
-    one = [replace(w, gpu_uuids=(u,)) for u in sorted(inp.gpus) for w in held.get(u, [free])]
-    return replace(inp, workloads=one)
-
-
-def _repair(rules: Sequence[CompiledRule], inp: AnalysisInput) -> list[Finding]:
+def _repair(rules: Sequence[CompiledRule], inp: AnalysisInput, held: _Holdings) -> list[Finding]:
+    """Repair rules judge every GPU once per holder, free ones once with a holder of id
+    ``""`` (reported as None): a failed GPU matters whether or not anyone holds it."""
     if not rules:
         return []
-    h, ctx, fresh = _context(_per_gpu(inp))
+    h = held.per_gpu(inp)
+    ctx, fresh = _context(inp, h)
     out: list[Finding] = []
     for rule in rules:
         trip, _ = _trips(rule, ctx, h, fresh)
@@ -348,11 +379,12 @@ def _repair(rules: Sequence[CompiledRule], inp: AnalysisInput) -> list[Finding]:
 
 def _analyse(rules: Sequence[CompiledRule], inp: AnalysisInput) -> AnalysisResult:
     inp.view.prefetch(_view_calls(rules, inp.view), workers=min(4, os.cpu_count() or 1))
-    h, ctx, fresh = _context(inp)
+    h = _Holdings(inp)
+    ctx, fresh = _context(inp, h)
     stale = frozenset(h.uuids[i] for i in np.flatnonzero(~fresh).tolist())
     unknown = h.ids(np.flatnonzero(~h.group_all(fresh)))
     enabled = [r for r in rules if r.spec.enabled]
-    findings = _repair([r for r in enabled if r.action is RuleAction.REPAIR], inp)
+    findings = _repair([r for r in enabled if r.action is RuleAction.REPAIR], inp, h)
     unjudged: dict[str, BoolArray] = {}
     for rule in enabled:
         if rule.action is RuleAction.REPAIR:  # judged above, on every fresh GPU

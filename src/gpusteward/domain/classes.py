@@ -14,6 +14,7 @@ Pure and cheap: a few dictionary look-ups per workload.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from gpusteward.domain.models import Workload, WorkloadKind
@@ -32,18 +33,26 @@ _INTERACTIVE_WORDS = ("jupyter", "notebook", "ipykernel", "interactive")
 _INTERACTIVE_SHELLS = frozenset({"bash", "sh", "zsh", "srun", "salloc"})
 
 
+#: Any of the words as a substring: one regex search instead of one ``in`` per word.
+_INTERACTIVE_RE = re.compile("|".join(map(re.escape, _INTERACTIVE_WORDS)))
+
+
 def _interactive_name(name: str) -> bool:
-    low = name.lower()
-    return any(w in low for w in _INTERACTIVE_WORDS)
+    return _INTERACTIVE_RE.search(name.lower()) is not None
 
 
 def workload_class(w: Workload) -> WorkloadClass:
     """The class of ``w`` from what its integration reported (see the module docstring)."""
-    explicit = (w.tag(CLASS_KEY) or "").strip().lower()
-    if explicit in CLASSES:
-        return explicit
-    owner_kind = w.ref.get("kind", "")
-    if owner_kind and "namespace" in w.ref:  # a Kubernetes owner
+    # Called for every workload each tick: w.tag() inlined, and most refs are small or empty.
+    labels = w.labels
+    tag = labels[CLASS_KEY] if CLASS_KEY in labels else w.annotations.get(CLASS_KEY)
+    if tag:
+        explicit = tag.strip().lower()
+        if explicit in CLASSES:
+            return explicit
+    ref = w.ref
+    owner_kind = ref.get("kind", "") if ref else ""
+    if owner_kind and "namespace" in ref:  # a Kubernetes owner
         if owner_kind in _SERVICE_KINDS:
             return "service"
         if owner_kind in _BATCH_KINDS:
@@ -51,8 +60,8 @@ def workload_class(w: Workload) -> WorkloadClass:
         if owner_kind in _INTERACTIVE_KINDS or _interactive_name(w.name):
             return "interactive"
         return "unknown"  # a bare pod or an unknown operator
-    if "job_id" in w.ref:  # a Slurm job
-        partition = w.ref.get("partition", "").lower()
+    if ref and "job_id" in ref:  # a Slurm job
+        partition = ref.get("partition", "").lower()
         if "interactive" in partition or w.name.lower() in _INTERACTIVE_SHELLS or _interactive_name(w.name):
             return "interactive"
         return "batch"
