@@ -1,0 +1,311 @@
+"""Benchmark: a month of state at N GPUs in PostgreSQL, and the reading pages under load.
+
+**State.** The real agent (sim source, ``default`` scenario: 64 GPUs, enforce mode, 60 s ticks)
+runs ``--calib-hours`` of simulated time into a fresh PostgreSQL schema through the real store:
+its finding episodes, decisions, actions, approvals, notices, audit log, workload snapshots,
+ledger and queue waits. Those rows are then copied inside PostgreSQL (``INSERT ... SELECT``)
+until they stand for ``--gpus`` GPUs over ``--days``: ``ceil(gpus / 64)`` clusters side by side,
+each copy with its own workload ids, users and keys (a suffix), repeated period after period with
+every timestamp shifted. Episodes still open are closed in every period but the last, as a
+running agent would have closed them. The ``default`` scenario is wasteful on purpose (zombies,
+idle notebooks), so the row rates are on the high side of a real cluster's. ``db_bytes_per_month``
+is ``pg_total_relation_size`` (heap, indexes, TOAST) over gpusteward's tables: the empty schema
+plus the rows' share scaled to 30 days.
+
+**Pages.** ``gpusteward web``'s app (``create_web_app`` over that schema, no loop attached) is
+served by uvicorn in a child process on loopback; ``--readers`` concurrent httpx clients send
+``--requests`` requests in all, round robin over the findings, actions and audit pages and their
+``/api/v1`` twins, each with a viewer's bearer token. Baseline, interleaved in the same stream:
+``/api/v1/me`` (same app, same auth, no query). Prints ``p95_ms`` (all six), per path, and
+``ratio_p95_over_baseline``. Target: p95 at most 300 ms.
+
+    python bench/web.py --json                                   # quick: 640 GPUs, 1 day
+    python bench/web.py --gpus 10000 --days 30 --readers 20 --requests 2000 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import Engine, String, Text, create_engine, text
+
+from gpusteward.integrations.sim import DEFAULT_START, SimClock
+from gpusteward.notify import MemoryNotifier
+from gpusteward.runtime.build import build_steward
+from gpusteward.runtime.config import Settings, load_settings
+from gpusteward.store.db import StateStore
+from gpusteward.store.dbschema import UTCDateTime, md
+
+PG_SERVER = os.environ.get("GPUSTEWARD_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+SIM_GPUS = 64  # the default scenario's cluster
+TICK_S = 60
+TARGET_P95_MS = 300.0
+PATHS = ("/findings", "/actions", "/audit", "/api/v1/findings", "/api/v1/actions", "/api/v1/audit")
+BASELINE = "/api/v1/me"
+#: Live state, keys and secrets: not history, so not copied.
+NOT_COPIED = {"settings", "ladders", "api_tokens", "used_links", "snoozes"}
+#: Columns that name a workload, a user or a unique key: each copy gets its own (``#k``).
+SUFFIXED = {"workload_id", "subject", "idempotency_key", "dedup_key", "job_id", "key", "user_name"}
+
+
+@contextmanager
+def fresh_schema() -> Iterator[str]:
+    admin = create_engine(PG_SERVER, isolation_level="AUTOCOMMIT")
+    name = f"bench_web_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE SCHEMA {name}"))
+    try:
+        yield name
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP SCHEMA {name} CASCADE"))
+        admin.dispose()
+
+
+def schema_url(schema: str) -> str:
+    return f"{PG_SERVER}?options=-csearch_path%3D{schema}"
+
+
+def bench_settings(schema: str) -> Settings:
+    return load_settings(
+        None,
+        mode="enforce",
+        tick_seconds=TICK_S,
+        source={"name": "sim", "sim": {"scenario": "default", "history_hours": 0}},
+        store={"url": schema_url(schema)},
+        web={"secret_key": "bench-signing-key-0123456789abcdef"},
+    )
+
+
+def calibrate(schema: str, hours: float) -> str:
+    """The real agent for ``hours`` of simulated time; returns a viewer token for the pages."""
+    from gpusteward.store.access import AccessStore
+
+    clock = SimClock(DEFAULT_START)
+    steward, _ = build_steward(bench_settings(schema), clock=clock, notifier=MemoryNotifier())
+    for _ in range(round(hours * 3600 / TICK_S)):
+        steward.tick()
+        clock.advance(TICK_S)
+    token = AccessStore(steward.store).create_token("bench-viewer", "viewer", at=clock.now())[1]
+    steward.store.close()
+    return token
+
+
+def _copy_expr(table: str, column: Any) -> str | None:
+    """The SQL that makes copy ``k`` of a seed row's column (None: let the database fill it)."""
+    name = column.name
+    q = f'"{name}"'
+    period = "(k / CAST(:per AS integer))"
+    shift = f"make_interval(secs => {period} * CAST(:secs AS double precision))"
+    if name == "id" and column.primary_key and column.autoincrement is not False and table != "workloads":
+        return None
+    if name == "ended_at":  # closed by the next period, as the running agent would have
+        closed = f"CASE WHEN {period} < CAST(:last AS integer) THEN coalesce({q}, last_seen_at) ELSE {q} END"
+        return f"({closed}) + {shift}"
+    if isinstance(column.type, UTCDateTime):
+        return f"{q} + {shift}"
+    if name == "day":
+        return f"to_char({q}::date + {shift}, 'YYYY-MM-DD')"
+    if name == "seq":
+        return f"{q} + k * CAST(:seqspan AS integer)"
+    if (name in SUFFIXED or (table == "workloads" and name == "id")) and isinstance(
+        column.type, String | Text
+    ):
+        return f"{q} || '#' || k"
+    return q
+
+
+def scale_up(engine: Engine, copies: int, per: int, hours: float, periods: int) -> dict[str, int]:
+    """Copies 1..copies-1 of every history table's rows (copy 0 is the calibration itself)."""
+    rows: dict[str, int] = {}
+    with engine.begin() as conn:
+        seqspan = (conn.execute(text("SELECT max(seq) FROM audit_log")).scalar() or 0) + 1
+    for table in md.sorted_tables:
+        if table.name in NOT_COPIED:
+            continue
+        exprs = [(c.name, e) for c in table.columns if (e := _copy_expr(table.name, c)) is not None]
+        cols = ", ".join(f'"{n}"' for n, _ in exprs)
+        select = ", ".join(e for _, e in exprs)
+        with engine.begin() as conn:
+            conn.execute(text(f'CREATE TEMP TABLE seed AS SELECT * FROM "{table.name}"'))
+            for k0 in range(1, copies, 500):
+                conn.execute(
+                    text(
+                        f'INSERT INTO "{table.name}" ({cols}) SELECT {select} '
+                        "FROM seed, generate_series(CAST(:k0 AS integer), CAST(:k1 AS integer)) AS k"
+                    ),
+                    {
+                        "k0": k0,
+                        "k1": min(k0 + 499, copies - 1),
+                        "per": per,
+                        "secs": hours * 3600,
+                        "last": periods - 1,
+                        "seqspan": seqspan,
+                    },
+                )
+            conn.execute(text("DROP TABLE seed"))
+            rows[table.name] = int(conn.execute(text(f'SELECT count(*) FROM "{table.name}"')).scalar() or 0)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE"))
+    return rows
+
+
+def db_bytes(engine: Engine, schema: str) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relkind = 'r'"
+                ),
+                {"s": schema},
+            ).scalar()
+            or 0
+        )
+
+
+def serve(schema: str) -> None:
+    """Child process: ``gpusteward web``'s app over the schema; prints the port, runs until stdin closes."""
+    from gpusteward.domain.ports import SystemClock
+    from gpusteward.runtime.build import load_rules
+    from gpusteward.web.app import create_web_app
+    from gpusteward.web.live import Probe
+    from gpusteward.web.serve import BackgroundServer
+
+    settings = bench_settings(schema)
+    store = StateStore(settings.store.url)
+    # As ``gpusteward web`` builds it: no loop attached, a probe of the source for live figures.
+    app = create_web_app(store, settings, load_rules(settings), live=Probe(settings, store, SystemClock()))
+    server = BackgroundServer(app, "127.0.0.1", 0)
+    server.start()
+    print(server.port, flush=True)
+    sys.stdin.read()
+    server.stop()
+
+
+async def load(base: str, token: str, readers: int, requests: int) -> dict[str, list[float]]:
+    """``requests`` GETs by ``readers`` concurrent clients, round robin over the paths and the baseline."""
+    order = [*PATHS, BASELINE]
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for i in range(requests):
+        queue.put_nowait(order[i % len(order)])
+    times: dict[str, list[float]] = {p: [] for p in order}
+    headers = {"authorization": f"Bearer {token}"}
+
+    async def reader() -> None:
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as client:
+            while not queue.empty():
+                path = queue.get_nowait()
+                t = time.perf_counter()
+                resp = await client.get(path)
+                elapsed = (time.perf_counter() - t) * 1000
+                if resp.status_code != 200:
+                    raise RuntimeError(f"{path}: HTTP {resp.status_code}: {resp.text[:200]}")
+                times[path].append(elapsed)
+
+    await asyncio.gather(*(reader() for _ in range(readers)))
+    return times
+
+
+def p95(values: list[float]) -> float:
+    return (
+        round(statistics.quantiles(values, n=20, method="inclusive")[-1], 1) if len(values) > 1 else values[0]
+    )
+
+
+def pages(schema: str, token: str, readers: int, requests: int) -> dict[str, Any]:
+    child = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--serve", schema],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        base = f"http://127.0.0.1:{port}"
+        asyncio.run(load(base, token, readers, min(len(PATHS) + 1, requests)))  # warm-up
+        times = asyncio.run(load(base, token, readers, requests))
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=30)
+    pages_ms = [t for p in PATHS for t in times[p]]
+    overall = p95(pages_ms)
+    base_p95 = p95(times[BASELINE])
+    return {
+        "readers": readers,
+        "requests": sum(len(v) for v in times.values()),
+        "p95_ms": overall,
+        "p95_ms_by_path": {p: p95(times[p]) for p in PATHS},
+        "median_ms": round(statistics.median(pages_ms), 1),
+        "baseline_path": BASELINE,
+        "baseline_p95_ms": base_p95,
+        "ratio_p95_over_baseline": round(overall / base_p95, 2),
+        "p95_target_ms": TARGET_P95_MS,
+        "p95_within_target": overall <= TARGET_P95_MS,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpus", type=int, default=640)
+    ap.add_argument("--days", type=float, default=1.0)
+    ap.add_argument("--calib-hours", type=float, default=24.0, help="simulated hours the real agent runs")
+    ap.add_argument("--readers", type=int, default=20, help="concurrent clients")
+    ap.add_argument("--requests", type=int, default=700, help="requests in all")
+    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap.add_argument("--serve", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.serve:
+        serve(args.serve)
+        return {}
+    per = math.ceil(args.gpus / SIM_GPUS)
+    periods = max(1, round(args.days * 24 / args.calib_hours))
+    out: dict[str, Any] = {"gpus": args.gpus, "days": args.days, "copies": per * periods}
+    with fresh_schema() as schema:
+        engine = create_engine(schema_url(schema))
+        StateStore(schema_url(schema)).create_schema()
+        empty = db_bytes(engine, schema)  # tables and indexes with no rows: not per month
+        t = time.perf_counter()
+        token = calibrate(schema, args.calib_hours)
+        calib_bytes = db_bytes(engine, schema)
+        out["calibration_s"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        out["rows"] = scale_up(engine, per * periods, per, args.calib_hours, periods)
+        out["scale_up_s"] = round(time.perf_counter() - t, 1)
+        size = db_bytes(engine, schema)
+        engine.dispose()
+        out["db_bytes"] = size
+        out["db_bytes_empty"] = empty
+        out["db_bytes_per_month"] = round(empty + (size - empty) * 30 / (periods * args.calib_hours / 24))
+        out["calibration_db_bytes"] = calib_bytes
+        out.update(pages(schema, token, args.readers, args.requests))
+    if not args.json:
+        print(
+            f"{args.gpus} GPUs x {args.days:g} days: {sum(out['rows'].values()):,} rows, "
+            f"{out['db_bytes'] / 2**20:.1f} MiB ({out['db_bytes_per_month'] / 2**30:.2f} GiB per month)\n"
+            f"{out['readers']} readers, {out['requests']} requests: p95 {out['p95_ms']} ms "
+            f"(baseline {BASELINE} {out['baseline_p95_ms']} ms, x{out['ratio_p95_over_baseline']}; "
+            f"target {TARGET_P95_MS:g} ms)"
+        )
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()
