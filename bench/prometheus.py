@@ -40,8 +40,8 @@ import numpy as np
 
 from gpusteward.domain.models import RuleAction, utc
 from gpusteward.integrations.prometheus.localserver import LocalPrometheus
+from gpusteward.integrations.prometheus.remote_write import Receiver, RemoteWriteSource, encode
 from gpusteward.integrations.prometheus.source import PrometheusSource
-from gpusteward.integrations.remote_write import Receiver, RemoteWriteSource, encode
 from gpusteward.integrations.sim import SimClock
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings

@@ -21,8 +21,8 @@ from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.yamlload import config_error, load_yaml
 from gpusteward.integrations.kubernetes.settings import KubernetesSourceSettings
 from gpusteward.integrations.nvml.settings import NvmlSourceSettings
+from gpusteward.integrations.prometheus.remote_write.settings import RemoteWriteSettings
 from gpusteward.integrations.prometheus.settings import PrometheusSourceSettings
-from gpusteward.integrations.remote_write.settings import RemoteWriteSettings
 from gpusteward.integrations.replay.settings import ReplaySettings
 from gpusteward.integrations.sim.settings import SimSourceSettings
 from gpusteward.integrations.slurm.settings import SlurmSourceSettings

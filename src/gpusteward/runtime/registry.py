@@ -17,7 +17,7 @@ from gpusteward.domain.store_ports import TickStore
 from gpusteward.integrations.kubernetes import build as kubernetes
 from gpusteward.integrations.nvml import build as nvml
 from gpusteward.integrations.prometheus import build as prometheus
-from gpusteward.integrations.remote_write import build as remote_write
+from gpusteward.integrations.prometheus.remote_write import build as remote_write
 from gpusteward.integrations.replay import build as replay
 from gpusteward.integrations.sim import build as sim
 from gpusteward.integrations.slurm import build as slurm

@@ -23,7 +23,7 @@ from anyio import to_thread
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gpusteward.integrations.remote_write import BadBody, BufferFull, Receiver, TooLarge, active
+from gpusteward.integrations.prometheus.remote_write import BadBody, BufferFull, Receiver, TooLarge, active
 from gpusteward.store.access import Role
 from gpusteward.web.auth import AuthError
 from gpusteward.web.context import WebContext

@@ -15,11 +15,18 @@ from gpusteward.domain.models import Metric, WorkloadKind, utc
 from gpusteward.integrations.prometheus.assemble import Assembler
 from gpusteward.integrations.prometheus.parse import DEFAULT_SPECS, LabelMap
 from gpusteward.integrations.prometheus.query import RawSeries
-from gpusteward.integrations.remote_write import BadBody, BufferFull, Receiver, TooLarge, decode, encode
-from gpusteward.integrations.remote_write.build import build
-from gpusteward.integrations.remote_write.proto.remote_pb2 import WriteRequest
-from gpusteward.integrations.remote_write.settings import RemoteWriteSettings
-from gpusteward.integrations.remote_write.wire import labels as label_dict
+from gpusteward.integrations.prometheus.remote_write import (
+    BadBody,
+    BufferFull,
+    Receiver,
+    TooLarge,
+    decode,
+    encode,
+)
+from gpusteward.integrations.prometheus.remote_write.build import build
+from gpusteward.integrations.prometheus.remote_write.proto.remote_pb2 import WriteRequest
+from gpusteward.integrations.prometheus.remote_write.settings import RemoteWriteSettings
+from gpusteward.integrations.prometheus.remote_write.wire import labels as label_dict
 from gpusteward.integrations.sim import SimClock
 
 Scraped = list[tuple[dict[str, str], float]]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.integration import BuildContext, Integration, no_history
 from gpusteward.integrations.prometheus.build import build_source
-from gpusteward.integrations.remote_write.receiver import Receiver
-from gpusteward.integrations.remote_write.settings import RemoteWriteSettings
-from gpusteward.integrations.remote_write.source import RemoteWriteSource
-from gpusteward.integrations.remote_write.wire import available
+from gpusteward.integrations.prometheus.remote_write.receiver import Receiver
+from gpusteward.integrations.prometheus.remote_write.settings import RemoteWriteSettings
+from gpusteward.integrations.prometheus.remote_write.source import RemoteWriteSource
+from gpusteward.integrations.prometheus.remote_write.wire import available
 
 
 def build(cfg: RemoteWriteSettings, ctx: BuildContext) -> Integration:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from gpusteward.domain.errors import SourceUnavailable
 
 if TYPE_CHECKING:
-    from gpusteward.integrations.remote_write.proto.remote_pb2 import WriteRequestRaw
-    from gpusteward.integrations.remote_write.proto.types_pb2 import Label
+    from gpusteward.integrations.prometheus.remote_write.proto.remote_pb2 import WriteRequestRaw
+    from gpusteward.integrations.prometheus.remote_write.proto.types_pb2 import Label
 
 EXTRA = "pip install 'gpusteward[remote-write]'"
 
@@ -30,7 +30,7 @@ def _libs() -> tuple[ModuleType, ModuleType]:
     try:
         import cramjam
 
-        from gpusteward.integrations.remote_write.proto import remote_pb2
+        from gpusteward.integrations.prometheus.remote_write.proto import remote_pb2
     except ImportError as e:  # the extra is missing, or protobuf is older than the generated code
         raise SourceUnavailable(f"remote write needs protobuf and cramjam ({EXTRA}): {e}") from e
     return cramjam.snappy, remote_pb2
@@ -71,7 +71,7 @@ def decode(body: bytes, max_decoded_bytes: int) -> WriteRequestRaw:
 def labels(encoded: Iterable[bytes]) -> dict[str, str]:
     """A series' labels from their encoded ``Label`` messages."""
     _libs()
-    from gpusteward.integrations.remote_write.proto.types_pb2 import Label as LabelMessage
+    from gpusteward.integrations.prometheus.remote_write.proto.types_pb2 import Label as LabelMessage
 
     out = {}
     for raw in encoded:

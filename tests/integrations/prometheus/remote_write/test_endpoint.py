@@ -14,8 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpusteward.integrations.prometheus.parse import DEFAULT_SPECS
-from gpusteward.integrations.remote_write import Receiver, encode
-from gpusteward.integrations.remote_write import receiver as receiver_module
+from gpusteward.integrations.prometheus.remote_write import Receiver, encode
+from gpusteward.integrations.prometheus.remote_write import receiver as receiver_module
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.store.access import AccessStore
 from gpusteward.store.db import StateStore

@@ -12,8 +12,8 @@ import logging
 from datetime import datetime
 
 from gpusteward.domain.models import Observation
+from gpusteward.integrations.prometheus.remote_write.receiver import Receiver, Stats, activate
 from gpusteward.integrations.prometheus.source import PrometheusSource
-from gpusteward.integrations.remote_write.receiver import Receiver, Stats, activate
 
 log = logging.getLogger(__name__)
 

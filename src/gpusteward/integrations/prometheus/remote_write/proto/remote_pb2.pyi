@@ -1,5 +1,5 @@
 # mypy: disable-error-code="type-arg"
-from gpusteward.integrations.remote_write.proto import types_pb2 as _types_pb2
+from gpusteward.integrations.prometheus.remote_write.proto import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

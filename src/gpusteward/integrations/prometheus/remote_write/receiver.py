@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpusteward.integrations.prometheus.query import RawSeries
-from gpusteward.integrations.remote_write.wire import decode
-from gpusteward.integrations.remote_write.wire import labels as decode_labels
+from gpusteward.integrations.prometheus.remote_write.wire import decode
+from gpusteward.integrations.prometheus.remote_write.wire import labels as decode_labels
 
 if TYPE_CHECKING:
-    from gpusteward.integrations.remote_write.proto.remote_pb2 import WriteRequestRaw
+    from gpusteward.integrations.prometheus.remote_write.proto.remote_pb2 import WriteRequestRaw
 
 #: Series skipped by their encoded labels, at most (then the set starts again).
 MAX_UNWANTED = 1_000_000

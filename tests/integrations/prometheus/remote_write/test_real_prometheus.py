@@ -20,7 +20,7 @@ import pytest
 from gpusteward.domain.models import RuleAction
 from gpusteward.integrations.prometheus.localserver import binaries, free_port
 from gpusteward.integrations.prometheus.parse import DEFAULT_SPECS
-from gpusteward.integrations.remote_write import Receiver
+from gpusteward.integrations.prometheus.remote_write import Receiver
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings
 from gpusteward.store.access import AccessStore

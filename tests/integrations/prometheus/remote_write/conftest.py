@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 pytest.importorskip("cramjam")
 pytest.importorskip("google.protobuf")
 
-FIXTURES = Path(__file__).parents[2] / "fixtures" / "prometheus"
+FIXTURES = Path(__file__).parents[3] / "fixtures" / "prometheus"
 
 
 Scraped = list[tuple[dict[str, str], float]]
