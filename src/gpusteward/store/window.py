@@ -12,6 +12,7 @@ row holds, and moving the head forward clears the rows it skips so gaps stay gap
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
@@ -54,6 +55,10 @@ class WindowStore:
         self._cap = max(1, int(capacity))
         self._check_memory(self._cap)
         self._rings = {m: np.full((self.n_slots, self._cap), np.nan, dtype=np.float32) for m in self.metrics}
+        # Metrics with a value ever stored; the others' rings are all NaN, so a view skips them.
+        self._written: set[Metric] = set()
+        names = [m.value for m in self.metrics]
+        self._fields = operator.attrgetter(*names) if names else lambda s: ()
         self._slot_of_row: IntArray = np.full(self.n_slots, NO_SLOT, dtype=np.int64)
         self._head: int | None = None
         self._uuids: list[str] = []
@@ -95,6 +100,15 @@ class WindowStore:
 
     def index_of(self, uuid: str) -> int | None:
         return self._index.get(uuid)
+
+    def holds_data(self, m: Metric) -> bool:
+        """False when no value of ``m`` was ever stored: its ring is all NaN (never false
+        otherwise: a ring cleared since still counts as holding data)."""
+        return m in self._written
+
+    def _mark(self, m: Metric, vals: npt.NDArray[np.float32]) -> None:
+        if m not in self._written and not np.isnan(vals).all():
+            self._written.add(m)
 
     def register(self, uuids: Iterable[str]) -> npt.NDArray[np.intp]:
         """Indices of ``uuids``, adding the unknown ones at the end."""
@@ -167,9 +181,13 @@ class WindowStore:
         if not keep.any():
             return
         rows, cols = slots[keep] % self.n_slots, idx[keep]
-        for m, ring in self._rings.items():
-            # None becomes NaN in a float array: the source could not measure it.
-            ring[rows, cols] = _clean(np.array([s.value(m) for s in batch], dtype=np.float32))[keep]
+        # Every metric of every sample in one pass (a row per sample); None becomes NaN in a
+        # float array: the source could not measure it.
+        table = np.array(list(map(self._fields, batch)), dtype=np.float32).reshape(len(batch), -1)
+        table = _clean(table[keep])
+        for j, (m, ring) in enumerate(self._rings.items()):
+            ring[rows, cols] = table[:, j]
+            self._mark(m, table[:, j])
 
     def ingest_arrays(
         self, at: datetime, values: Mapping[Metric, npt.ArrayLike], holders: Mapping[str, str] | None = None
@@ -188,7 +206,8 @@ class WindowStore:
             if vals.shape != (n,):
                 raise ValueError(f"{m.value}: expected shape ({n},), got {vals.shape}")
             if m in self._rings:
-                self._rings[m][slot % self.n_slots, :n] = np.where(blocked, np.float32(np.nan), vals)
+                self._rings[m][slot % self.n_slots, :n] = row = np.where(blocked, np.float32(np.nan), vals)
+                self._mark(m, row)
 
     def view(self, now: datetime) -> WindowView:
         return WindowView(self, now)

@@ -69,6 +69,8 @@ class WindowView:
         self._now_slot = store.slot_of(now)
         self._head = store.head_slot
         self._rings = {m: r[:, : self.n_gpus] for m, r in store._rings.items()}
+        # Never-stored metrics (health a source lacks): all NaN, so no range and no scans.
+        self._blank = frozenset(m for m in self._rings if not store.holds_data(m))
         self._memo: dict[tuple[object, ...], npt.NDArray[np.generic]] = {}
         self._suffix: dict[tuple[Metric, int], list[npt.NDArray[np.int32]]] = {}
 
@@ -105,7 +107,7 @@ class WindowView:
 
     def _range(self, m: Metric, duration_s: float | None) -> Rng | None:
         """The slots of the last ``duration_s`` the ring holds (all up to now if None)."""
-        if self._head is None or m not in self._rings:
+        if self._head is None or m not in self._rings or m in self._blank:
             return None
         lo = self._head - self.n_slots + 1
         if duration_s is not None:
