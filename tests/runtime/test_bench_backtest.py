@@ -18,6 +18,8 @@ def test_bench_runs_and_reports_both_passes(load_bench, capsys: pytest.CaptureFi
     assert size["samples"] > 0
     for key in ("replay_gpu_hours_per_s", "backtest_gpu_hours_per_s", "ratio", "stops", "regrets"):
         assert key in size
+    # The throughput share is the inverse of the cost ratio (both rounded).
+    assert size["backtest_over_replay"] == pytest.approx(1 / size["ratio"], rel=0.05)
 
 
 def test_synthetic_trace_is_well_formed(load_bench) -> None:

@@ -96,6 +96,7 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
 
     def __init__(self, url: str = "sqlite:///gpusteward.db") -> None:
         self._snapshots: dict[str, dict[str, Any]] = {}  # workload id → snapshot last written
+        self._snapshot_of: dict[str, Workload] = {}  # and the (frozen) workload it was made from
         try:
             parsed = make_url(url)
             kwargs: dict[str, Any] = {}
@@ -328,7 +329,9 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
     # -- workload snapshots -------------------------------------------------------------------
     def remember_workloads(self, workloads: Iterable[Workload], at: datetime) -> None:
         """Upsert each workload's snapshot; unchanged ones only get ``last_seen_at`` bumped."""
-        wanted = {w.id: workload_row(w) for w in workloads}
+        ws, snaps, made_from = list(workloads), self._snapshots, self._snapshot_of
+        # A source that hands back the same workload object (the replay) needs no new snapshot.
+        wanted = {w.id: snaps[w.id] if made_from.get(w.id) is w else workload_row(w) for w in ws}
         if not wanted:
             return
         c = workloads_t.c
@@ -336,7 +339,7 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
         with self._tx("remember workloads") as conn:
             # Snapshots this store wrote are cached, so a steady tick reads nothing back.
             unknown = sorted(i for i in wanted if i not in self._snapshots)
-            stored = {i: v for i, v in self._snapshots.items() if i in wanted}
+            stored = {i: snaps[i] for i in wanted if i in snaps}  # not a scan of every snapshot
             for chunk in chunks(unknown):
                 for r in conn.execute(select(workloads_t).where(c.id.in_(chunk))):
                     stored[r.id] = {n: r._mapping[n] for n in names}
@@ -345,7 +348,11 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
                 for i, v in wanted.items()
                 if i not in stored
             ]
-            changed = [{"wid": i, **v} for i, v in wanted.items() if i in stored and stored[i] != v]
+            changed = [
+                {"wid": i, **v}
+                for i, v in wanted.items()
+                if i in stored and stored[i] is not v and stored[i] != v
+            ]
             if new:
                 conn.execute(insert(workloads_t), new)
             if changed:
@@ -354,7 +361,9 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
                 conn.execute(update(workloads_t).where(c.id.in_(chunk)).values(last_seen_at=at))
         if len(self._snapshots) > 100_000:  # bound the cache on a very long-running agent
             self._snapshots.clear()
+            made_from.clear()
         self._snapshots.update(wanted)
+        made_from.update((w.id, w) for w in ws)
 
     def workload_info(self, workload_id: str) -> WorkloadRecord | None:
         with self._tx("read workload") as conn:

@@ -1,0 +1,37 @@
+"""Workload snapshots: a source that hands back the same workload object each tick (the replay)
+gets its snapshot reused, and only last_seen_at moves; a changed workload is written again."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from gpusteward.domain.models import Owner, Workload, WorkloadKind
+from gpusteward.store.db import StateStore
+
+T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+
+
+def _job(wid: str, name: str) -> Workload:
+    return Workload(wid, WorkloadKind.JOB, name, Owner("ada", "ml"), 1, ("GPU-a",), T0, labels={"k": "v"})
+
+
+def test_the_same_object_bumps_last_seen_and_a_changed_one_is_rewritten(store: StateStore) -> None:
+    job, other = _job("j1", "train"), _job("j2", "eval")
+    store.remember_workloads([job, other], T0)
+    store.remember_workloads([job, other], T0 + timedelta(minutes=1))  # the very same objects
+    rec = store.workload_info("j1")
+    assert rec is not None
+    assert (rec.name, rec.first_seen_at, rec.last_seen_at) == ("train", T0, T0 + timedelta(minutes=1))
+    renamed = replace(job, name="train-v2", labels={"k": "w"})
+    store.remember_workloads([renamed], T0 + timedelta(minutes=2))
+    rec = store.workload_info("j1")
+    assert rec is not None
+    assert (rec.name, rec.labels, rec.last_seen_at) == ("train-v2", {"k": "w"}, T0 + timedelta(minutes=2))
+    store.remember_workloads([job], T0 + timedelta(minutes=3))  # the old object again: back to it
+    rec = store.workload_info("j1")
+    assert rec is not None
+    assert rec.name == "train"
+    untouched = store.workload_info("j2")
+    assert untouched is not None
+    assert untouched.last_seen_at == T0 + timedelta(minutes=1)
