@@ -112,6 +112,12 @@ class WindowStore:
 
     def register(self, uuids: Iterable[str]) -> npt.NDArray[np.intp]:
         """Indices of ``uuids``, adding the unknown ones at the end."""
+        uuids = list(uuids)
+        if len(uuids) > 1:  # every tick registers GPUs it mostly knows: one C-level look-up
+            try:
+                return np.asarray(operator.itemgetter(*uuids)(self._index), dtype=np.intp)
+            except KeyError:
+                pass
         out: list[int] = []
         for u in uuids:
             i = self._index.get(u)
