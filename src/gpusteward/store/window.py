@@ -30,6 +30,9 @@ __all__ = ["MAX_WINDOW_BYTES", "NO_SLOT", "WindowStore", "WindowView"]
 MAX_WINDOW_BYTES = 8 * 2**30
 
 
+_AT = operator.attrgetter("at")
+
+
 def _clean(vals: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """Every metric is non-negative: a negative reading is a sensor sentinel ("not
     available" in DCGM and NVML) and is stored as missing."""
@@ -57,8 +60,7 @@ class WindowStore:
         self._rings = {m: np.full((self.n_slots, self._cap), np.nan, dtype=np.float32) for m in self.metrics}
         # Metrics with a value ever stored; the others' rings are all NaN, so a view skips them.
         self._written: set[Metric] = set()
-        names = [m.value for m in self.metrics]
-        self._fields = operator.attrgetter(*names) if names else lambda s: ()
+        self._fields = {m: operator.attrgetter(m.value) for m in self.metrics}
         self._slot_of_row: IntArray = np.full(self.n_slots, NO_SLOT, dtype=np.int64)
         self._head: int | None = None
         self._uuids: list[str] = []
@@ -179,7 +181,10 @@ class WindowStore:
         batch = list(samples)
         slot_at = self.slot_of(at)
         idx = self.register(s.gpu_uuid for s in batch)
-        slots = np.fromiter((self.slot_of(s.at) for s in batch), dtype=np.int64, count=len(batch))
+        # A source stamps its samples with a few shared times: each distinct one is converted once.
+        ats = list(map(_AT, batch))
+        slot_at_time = {t: self.slot_of(t) for t in dict.fromkeys(ats)}
+        slots = np.fromiter(map(slot_at_time.__getitem__, ats), dtype=np.int64, count=len(batch))
         self._advance(max(slot_at, int(slots.max())) if batch else slot_at)
         self._apply_holders(slot_at, holders)
         assert self._head is not None
@@ -187,13 +192,15 @@ class WindowStore:
         if not keep.any():
             return
         rows, cols = slots[keep] % self.n_slots, idx[keep]
-        # Every metric of every sample in one pass (a row per sample); None becomes NaN in a
-        # float array: the source could not measure it.
-        table = np.array(list(map(self._fields, batch)), dtype=np.float32).reshape(len(batch), -1)
-        table = _clean(table[keep])
-        for j, (m, ring) in enumerate(self._rings.items()):
-            ring[rows, cols] = table[:, j]
-            self._mark(m, table[:, j])
+        for m, ring in self._rings.items():
+            vals = list(map(self._fields[m], batch))
+            if vals.count(None) == len(vals):  # a metric the source lacks: no array to build
+                ring[rows, cols] = np.nan
+                continue
+            # None becomes NaN in a float array: the source could not measure it.
+            column = _clean(np.array(vals, dtype=np.float32)[keep])
+            ring[rows, cols] = column
+            self._mark(m, column)
 
     def ingest_arrays(
         self, at: datetime, values: Mapping[Metric, npt.ArrayLike], holders: Mapping[str, str] | None = None
