@@ -63,7 +63,8 @@ SUFFIXED = {"workload_id", "subject", "idempotency_key", "dedup_key", "job_id", 
 
 
 @contextmanager
-def fresh_schema() -> Iterator[str]:
+def fresh_schema(keep: bool = False) -> Iterator[str]:
+    """A new schema, dropped afterwards unless ``keep`` (to EXPLAIN the pages' queries on its data)."""
     admin = create_engine(PG_SERVER, isolation_level="AUTOCOMMIT")
     name = f"bench_web_{uuid.uuid4().hex[:10]}"
     with admin.connect() as conn:
@@ -71,8 +72,11 @@ def fresh_schema() -> Iterator[str]:
     try:
         yield name
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP SCHEMA {name} CASCADE"))
+        if keep:
+            print(f"kept schema {name}", file=sys.stderr)
+        else:
+            with admin.connect() as conn:
+                conn.execute(text(f"DROP SCHEMA {name} CASCADE"))
         admin.dispose()
 
 
@@ -261,6 +265,20 @@ def pages(schema: str, token: str, readers: int, requests: int) -> dict[str, Any
     }
 
 
+def reread(schema: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The load test alone over a kept schema (after an index or a query changed)."""
+    from gpusteward.store.access import AccessStore
+
+    store = StateStore(schema_url(schema))
+    token = AccessStore(store).create_token(
+        f"bench-viewer-{uuid.uuid4().hex[:6]}", "viewer", at=SimClock(DEFAULT_START).now()
+    )[1]
+    store.close()
+    out: dict[str, Any] = {"schema": schema, **pages(schema, token, args.readers, args.requests)}
+    print(json.dumps(out))
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpus", type=int, default=640)
@@ -269,15 +287,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--readers", type=int, default=20, help="concurrent clients")
     ap.add_argument("--requests", type=int, default=700, help="requests in all")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap.add_argument("--keep", action="store_true", help="keep the schema afterwards (its name on stderr)")
+    ap.add_argument("--schema", help="only the pages, over a schema an earlier --keep run left")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve:
         serve(args.serve)
         return {}
+    if args.schema:
+        return reread(args.schema, args)
     per = math.ceil(args.gpus / SIM_GPUS)
     periods = max(1, round(args.days * 24 / args.calib_hours))
     out: dict[str, Any] = {"gpus": args.gpus, "days": args.days, "copies": per * periods}
-    with fresh_schema() as schema:
+    with fresh_schema(args.keep) as schema:
         engine = create_engine(schema_url(schema))
         StateStore(schema_url(schema)).create_schema()
         empty = db_bytes(engine, schema)  # tables and indexes with no rows: not per month
