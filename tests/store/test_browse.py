@@ -184,3 +184,47 @@ def test_finding_filters_combine_and_page(store: StateStore) -> None:
     assert facets.owners == ["ann", "bob"]
     assert facets.teams == ["speech", "vision"]
     assert set(facets.gpu_uuids) == {"GPU-0", "GPU-1", "GPU-2", "GPU-10", "GPU-11", "GPU-12", "GPU-99"}
+
+
+def test_open_finding_facets_pair_owners_and_kinds(store: StateStore) -> None:
+    """The facets come from two queries of distinct pairs (kind, GPUs) and (user, team): each
+    column's values are still its own, over the open episodes only, none lost to a pairing."""
+    owners = {
+        "job-a": ("ann", "vision"),
+        "job-b": ("ann", ""),
+        "job-c": ("", "speech"),
+        "job-d": ("dan", "ops"),
+    }
+    with store.transaction("seed") as conn:
+        conn.execute(
+            insert(workloads_t),
+            [
+                {"id": w, "kind": "job", "name": w, "source": "slurm", "owner": {"user": u, "team": t},
+                 "gpu_uuids": [], "labels": {}, "annotations": {}, "started_at": T0, "first_seen_at": T0,
+                 "last_seen_at": T0}
+                for w, (u, t) in owners.items()
+            ],
+        )  # fmt: skip
+    store.record_findings(
+        [
+            _finding("job-a", "r1", "idle", ("GPU-1",), ""),
+            _finding("job-b", "r1", "idle", ("GPU-1",), ""),  # the same kind and GPUs: one pair
+            _finding("job-c", "r1", "zombie", ("GPU-2", "GPU-3"), ""),
+            _finding("job-d", "r1", "leak", ("GPU-4",), ""),
+            _finding(None, "r1", "idle", ("GPU-9",), ""),
+        ],
+        T0,
+    )
+    store.close_findings([("job-d", "r1")], T0 + timedelta(minutes=1))
+    open_now = browse.finding_facets(store, open_only=True)
+    assert open_now.kinds == ["idle", "zombie"]
+    assert open_now.owners == ["ann"]
+    assert open_now.teams == ["speech", "vision"]
+    assert open_now.gpu_uuids == ["GPU-1", "GPU-2", "GPU-3", "GPU-9"]
+    every = browse.finding_facets(store, open_only=False)
+    assert (every.kinds, every.owners, every.teams) == (
+        ["idle", "leak", "zombie"],
+        ["ann", "dan"],
+        ["ops", "speech", "vision"],
+    )
+    assert every.gpu_uuids == ["GPU-1", "GPU-2", "GPU-3", "GPU-4", "GPU-9"]

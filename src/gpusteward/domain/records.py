@@ -8,8 +8,9 @@ tables without a second list of names to keep in step.
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import date, datetime
 from enum import Enum
@@ -22,7 +23,41 @@ _RETRY = re.compile(r"~r(\d+)$")
 
 def jsonable(value: Any) -> Any:
     """Plain JSON: NaN and infinities become null (PostgreSQL rejects them), the rest ``str()``."""
-    return json.loads(json.dumps(value, default=str), parse_constant=lambda _: None)
+    try:
+        return json_walk(value)
+    except NotPlain:
+        return json.loads(json.dumps(value, default=str), parse_constant=lambda _: None)
+
+
+class NotPlain(Exception):
+    """A value ``json_walk`` leaves to the JSON round trip (its ``default`` decides)."""
+
+
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def json_walk(value: Any, other: Callable[[Any], Any] | None = None) -> Any:
+    """What ``json.loads(json.dumps(value))`` gives, NaN and infinities as null, without the
+    text in between (the pages turn hundreds of records a request into JSON). Only the exact
+    JSON types are walked; ``other`` may convert a leaf (else ``NotPlain`` is raised: the
+    caller falls back to the round trip, so the answer stays the round trip's)."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str:  # json.dumps would turn it into text
+                raise NotPlain
+            out[k] = json_walk(v, other)
+        return out
+    if kind is list or kind is tuple:
+        return [json_walk(v, other) for v in value]
+    if other is not None:
+        return other(value)
+    raise NotPlain
 
 
 def plain(record: Any, *, inline: Iterable[str] = (), skip: Iterable[str] = ()) -> dict[str, Any]:

@@ -191,16 +191,15 @@ def finding_facets(store: StateStore, *, open_only: bool) -> FindingFacets:
     scope = [c.ended_at.is_(None)] if open_only else []
     held = select(c.workload_id).where(*scope, c.workload_id.is_not(None))
     owned = workloads_t.c.id.in_(held)
+    # Two queries, not one per facet: each pair is distinct in SQL, the columns split here.
     with store.transaction("browse finding facets") as conn:
-        kinds = conn.scalars(select(c.kind).where(*scope).distinct()).all()
-        owners = conn.scalars(select(_owner("user")).where(owned).distinct()).all()
-        teams = conn.scalars(select(_owner("team")).where(owned).distinct()).all()
-        gpu_sets = conn.scalars(select(_as_text(c.gpu_uuids)).where(*scope).distinct()).all()
-    uuids = {str(u) for text in gpu_sets for u in json.loads(text)}
+        held_by = conn.execute(select(c.kind, _as_text(c.gpu_uuids)).where(*scope).distinct()).all()
+        owners = conn.execute(select(_owner("user"), _owner("team")).where(owned).distinct()).all()
+    uuids = {str(u) for _, text in held_by for u in json.loads(text)}
     return FindingFacets(
-        kinds=sorted(k for k in kinds if k),
-        owners=sorted(o for o in owners if o),
-        teams=sorted(t for t in teams if t),
+        kinds=sorted({k for k, _ in held_by if k}),
+        owners=sorted({u for u, _ in owners if u}),
+        teams=sorted({t for _, t in owners if t}),
         gpu_uuids=sorted(uuids),
     )
 

@@ -1,0 +1,82 @@
+"""``json_walk``: the JSON round trip's answer without the text in between (records' ``to_dict``
+and the web's ``plain`` use it on every row of a page)."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, date, datetime
+from enum import Enum, IntEnum
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpusteward.domain.records import jsonable
+from gpusteward.web.data import _default, plain
+
+
+def _round_trip(value: Any, default: Any) -> Any:
+    return json.loads(json.dumps(value, default=default), parse_constant=lambda _: None)
+
+
+class Colour(Enum):
+    RED = "red"
+
+
+class Rank(IntEnum):
+    HIGH = 3
+
+
+leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),  # NaN and infinities included: null
+    st.text(max_size=5),
+    st.datetimes(timezones=st.just(UTC)),
+    st.dates(),
+    st.sampled_from([Colour.RED, Rank.HIGH, b"x", 1.5j]),  # enums, an int subclass, str() defaults
+)
+keys = st.one_of(st.text(max_size=4), st.integers(), st.booleans(), st.none(), st.floats(allow_nan=False))
+values = st.recursive(
+    leaves,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(keys, inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    # Equal, and equal in type too (1 and 1.0 and True compare equal).
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(_same, a, b))
+    return type(a) is type(b) and (a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b)))
+
+
+@given(values)
+def test_jsonable_is_the_round_trip(value: Any) -> None:
+    assert _same(jsonable(value), _round_trip(value, str))
+
+
+@given(values)
+def test_web_plain_is_the_round_trip(value: Any) -> None:
+    assert _same(plain(value), _round_trip(value, _default))
+
+
+def test_the_cases_that_matter() -> None:
+    at = datetime(2026, 2, 3, 12, 36, tzinfo=UTC)
+    row = {"at": at, "day": date(2026, 2, 3), "x": math.nan, "gpus": ("a",), "n": {1: math.inf}}
+    assert plain(row) == {
+        "at": at.isoformat(),
+        "day": "2026-02-03",
+        "x": None,
+        "gpus": ["a"],
+        "n": {"1": None},
+    }
+    assert jsonable({"at": at, "v": [math.nan, 2.0]}) == {"at": str(at), "v": [None, 2.0]}
