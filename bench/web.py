@@ -21,6 +21,8 @@ served by uvicorn in a child process on loopback; ``--readers`` concurrent httpx
 
     python bench/web.py --json                                   # quick: 640 GPUs, 1 day
     python bench/web.py --gpus 10000 --days 30 --readers 20 --requests 2000 --json
+    python bench/web.py --gpus 10000 --days 30 --keep           # keep the schema for EXPLAIN
+    python bench/web.py --schema bench_web_<id> --json           # the load test again over it
 """
 
 from __future__ import annotations
