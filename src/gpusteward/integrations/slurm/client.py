@@ -61,17 +61,16 @@ class SlurmClient:
 
     def jobs(self) -> tuple[JobView, list[str]]:
         """The whole job table (JSON: running jobs; Slurm before 23.02 ignores the filter) and problems."""
-        if self._use_json():
-            got = self._json("--states=RUNNING")
-            if got is not None:
-                return got
-        out = self.runner.run("scontrol", "--oneliner", "--details", "show", "job")
-        return parse_scontrol_jobs(out.stdout, self.tz)
+        return self._table("RUNNING")
 
     def queue_jobs(self) -> tuple[JobView, list[str]]:
         """Pending and running jobs in one call: the queue, and the starts that give queue times."""
+        return self._table("PENDING,RUNNING")
+
+    def _table(self, states: str) -> tuple[JobView, list[str]]:
+        """``squeue --json --states=<states>``, or scontrol's whole text table where there is no JSON."""
         if self._use_json():
-            got = self._json("--states=PENDING,RUNNING")
+            got = self._json(f"--states={states}")
             if got is not None:
                 return got
         out = self.runner.run("scontrol", "--oneliner", "--details", "show", "job")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, tzinfo
 
 from gpusteward.integrations.slurm.gres import (
@@ -189,20 +189,16 @@ def parse_scontrol_jobs(text: str, tz: tzinfo) -> tuple[JobView, list[str]]:
 SACCT_FIELDS = ("JobID", "User", "Account", "Partition", "State", "Elapsed", "Timelimit")
 
 
-def parse_sacct(
-    text: str, fields: Sequence[str] = SACCT_FIELDS, delimiter: str = "|"
-) -> tuple[list[SacctRecord], list[str]]:
-    """Allocations (not steps) from ``sacct --parsable2 --noheader --format=<fields>`` (or
-    ``--parsable``, with its trailing delimiter). Returns records and unreadable lines."""
+def _sacct_rows(
+    text: str, fields: Sequence[str], delimiter: str, required: Sequence[str], problems: list[str]
+) -> Iterator[tuple[int, Callable[[str], str]]]:
+    """Each allocation line (steps such as ``123.batch`` left out) of ``sacct --parsable(2)
+    --noheader --format=<fields>`` as (line number, cell by lower-case field name: "" where
+    absent); a line short of fields goes to ``problems``."""
     col: Mapping[str, int] = {f.lower(): i for i, f in enumerate(fields)}
-    missing = [f for f in ("JobID", "User", "State", "Elapsed") if f.lower() not in col]
+    missing = [f for f in required if f.lower() not in col]
     if missing:
         raise ValueError(f"sacct fields lack {', '.join(missing)}")
-
-    def cell(cells: list[str], name: str) -> str:
-        return cells[col[name]].strip() if name in col else ""
-
-    records, problems = [], []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -210,21 +206,35 @@ def parse_sacct(
         if len(cells) < len(fields):
             problems.append(f"sacct line {n}: {len(cells)} fields, expected {len(fields)}")
             continue
-        job_id = cell(cells, "jobid")
-        if "." in job_id:  # a step (123.batch, 123.0): its allocation line says it all
+
+        def cell(name: str, cells: list[str] = cells) -> str:
+            return cells[col[name]].strip() if name in col else ""
+
+        if "." in cell("jobid"):  # a step (123.batch, 123.0): its allocation line says it all
             continue
-        elapsed = parse_duration_minutes(cell(cells, "elapsed"))
+        yield n, cell
+
+
+def parse_sacct(
+    text: str, fields: Sequence[str] = SACCT_FIELDS, delimiter: str = "|"
+) -> tuple[list[SacctRecord], list[str]]:
+    """Allocations (not steps) from ``sacct --parsable2 --noheader --format=<fields>`` (or
+    ``--parsable``, with its trailing delimiter). Returns records and unreadable lines."""
+    records: list[SacctRecord] = []
+    problems: list[str] = []
+    for n, cell in _sacct_rows(text, fields, delimiter, ("JobID", "User", "State", "Elapsed"), problems):
+        elapsed = parse_duration_minutes(cell("elapsed"))
         if elapsed is None:
-            problems.append(f"sacct line {n}: elapsed {cell(cells, 'elapsed')!r} unreadable")
+            problems.append(f"sacct line {n}: elapsed {cell('elapsed')!r} unreadable")
             continue
-        limit = parse_duration_minutes(cell(cells, "timelimit"))
+        limit = parse_duration_minutes(cell("timelimit"))
         records.append(
             SacctRecord(
-                job_id=job_id,
-                user=cell(cells, "user"),
-                account=cell(cells, "account"),
-                partition=cell(cells, "partition"),
-                state=cell(cells, "state").split(" ", 1)[0].upper(),
+                job_id=cell("jobid"),
+                user=cell("user"),
+                account=cell("account"),
+                partition=cell("partition"),
+                state=cell("state").split(" ", 1)[0].upper(),
                 elapsed_minutes=elapsed,
                 time_limit_minutes=int(limit) if limit is not None else None,
             )
@@ -242,28 +252,15 @@ def parse_sacct_starts(
     """Started allocations (not steps) with their submit and start times, and unreadable lines.
     Jobs that never started (``Start`` ``None`` / ``Unknown``) are left out; they waited, but
     did not finish waiting."""
-    col = {f.lower(): i for i, f in enumerate(fields)}
-    missing = [f for f in ("JobID", "Submit", "Start") if f.lower() not in col]
-    if missing:
-        raise ValueError(f"sacct fields lack {', '.join(missing)}")
-    out, problems = [], []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        cells = line.split(delimiter)
-        if len(cells) < len(fields):
-            problems.append(f"sacct line {n}: {len(cells)} fields, expected {len(fields)}")
-            continue
-        job_id = cells[col["jobid"]].strip()
-        if "." in job_id:
-            continue
-        submitted, started = _time(cells[col["submit"]], tz), _time(cells[col["start"]], tz)
+    out: list[SacctStart] = []
+    problems: list[str] = []
+    for n, cell in _sacct_rows(text, fields, delimiter, ("JobID", "Submit", "Start"), problems):
+        submitted, started = _time(cell("submit"), tz), _time(cell("start"), tz)
         if started is None:
             continue
         if submitted is None:
-            problems.append(f"sacct line {n}: submit time {cells[col['submit']]!r} unreadable")
+            problems.append(f"sacct line {n}: submit time {cell('submit')!r} unreadable")
             continue
-        tres = cells[col["alloctres"]] if "alloctres" in col else ""
-        partition = cells[col["partition"]].strip() if "partition" in col else ""
-        out.append(SacctStart(job_id, partition, submitted, started, tres_gpu_count(tres) or 0))
+        gpus = tres_gpu_count(cell("alloctres")) or 0
+        out.append(SacctStart(cell("jobid"), cell("partition"), submitted, started, gpus))
     return out, problems
