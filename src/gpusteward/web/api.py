@@ -118,18 +118,7 @@ def me(request: Request) -> dict[str, str]:
 @router.get("/overview", summary="Cluster utilisation, idle GPUs, waste and savings, recent actions")
 def overview(request: Request) -> JSONResponse:
     caller(request)
-    ctx = ctx_of(request)
-    cost = ctx.settings.cost
-    value = overview_data.overview(
-        ctx.store,
-        ctx.steward(),
-        ctx.now(),
-        currency=cost.currency,
-        rate=cost.rate,
-        dry_run=ctx.dry_run,
-        policy=ctx.settings.policy,
-    )
-    return _json(value)
+    return _json(overview_data.for_context(ctx_of(request)))
 
 
 All = Annotated[

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import LedgerStore
 from gpusteward.web import health_data, rollout_data
 from gpusteward.web.data import gpu_name
+
+if TYPE_CHECKING:
+    from gpusteward.web.context import WebContext
 
 #: An open finding counts as "now" if the loop refreshed it this recently.
 FRESH = timedelta(minutes=10)
@@ -133,6 +136,20 @@ def actions_last_day(
             series[a.level.label][i] += 1
         by_status[a.status.value] += 1
     return hours, {k: v for k, v in series.items() if any(v)} or {"L1": [0.0] * 24}, by_status
+
+
+def for_context(ctx: WebContext) -> dict[str, Any]:
+    """The overview the page and ``/api/v1/overview`` both show, from the web context."""
+    cost = ctx.settings.cost
+    return overview(
+        ctx.store,
+        ctx.steward(),
+        ctx.now(),
+        currency=cost.currency,
+        rate=cost.rate,
+        dry_run=ctx.dry_run,
+        policy=ctx.settings.policy,
+    )
 
 
 def overview(

@@ -28,15 +28,7 @@ router = APIRouter(include_in_schema=False)
 
 def _overview_values(ctx: WebContext) -> dict[str, Any]:
     cost = ctx.settings.cost
-    ov = overview_data.overview(
-        ctx.store,
-        ctx.steward(),
-        ctx.now(),
-        currency=cost.currency,
-        rate=cost.rate,
-        dry_run=ctx.dry_run,
-        policy=ctx.settings.policy,
-    )
+    ov = overview_data.for_context(ctx)
     util = ov["utilisation"]
     eff = ov["efficiency_per_day"]
     days = [d["day"][5:] for d in ov["waste_cost_per_day"]]
