@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
 from gpusteward.policy.health import FAILED_RULE
+from gpusteward.report.insight_rows import Owners
 from gpusteward.store.db import StateStore
 
 
@@ -57,7 +58,7 @@ def gather_faults(store: StateStore, start: date, end: date, *, team: str | None
     since, until = _midnight(start), _midnight(end)
     spans: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
     latest: dict[str, FaultRow] = {}
-    owners: dict[str, tuple[str, str]] = {}
+    owner_of = Owners(store)
     for ep in store.all_findings():
         f = ep.finding
         if f.rule != FAILED_RULE:
@@ -67,10 +68,7 @@ def gather_faults(store: StateStore, start: date, end: date, *, team: str | None
             continue
         user, t = "", ""
         if f.workload_id is not None:
-            if f.workload_id not in owners:
-                rec = store.workload_info(f.workload_id)
-                owners[f.workload_id] = (rec.owner.user, rec.owner.team) if rec else ("?", "")
-            user, t = owners[f.workload_id]
+            user, t = owner_of(f.workload_id)
         if team is not None and t != team:
             continue
         for u in f.gpu_uuids:

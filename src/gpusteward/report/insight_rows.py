@@ -21,6 +21,21 @@ TITLES = {
 }
 
 
+class Owners:
+    """(user, team) of each workload a report section names, read from its snapshot once;
+    ("?", "") for a workload the store no longer knows."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self._seen: dict[str, tuple[str, str]] = {}
+
+    def __call__(self, workload_id: str) -> tuple[str, str]:
+        if workload_id not in self._seen:
+            rec = self.store.workload_info(workload_id)
+            self._seen[workload_id] = (rec.owner.user, rec.owner.team) if rec else ("?", "")
+        return self._seen[workload_id]
+
+
 @dataclass(frozen=True, slots=True)
 class InsightRow:
     workload_id: str
@@ -39,17 +54,14 @@ def gather_insights(
     since = datetime(start.year, start.month, start.day, tzinfo=UTC)
     until = datetime(end.year, end.month, end.day, tzinfo=UTC)
     latest: dict[tuple[str, str], InsightRow] = {}
-    owners: dict[str, tuple[str, str]] = {}
+    owner_of = Owners(store)
     for ep in store.all_findings():
         f = ep.finding
         if f.rule not in TITLES or f.workload_id is None:
             continue
         if ep.last_seen_at < since or ep.first_seen_at >= until:
             continue
-        if f.workload_id not in owners:
-            rec = store.workload_info(f.workload_id)
-            owners[f.workload_id] = (rec.owner.user, rec.owner.team) if rec else ("?", "")
-        user, t = owners[f.workload_id]
+        user, t = owner_of(f.workload_id)
         if team is not None and t != team:
             continue
         row = InsightRow(f.workload_id, user, t, f.rule, TITLES[f.rule], f.message, ep.last_seen_at)
