@@ -103,3 +103,37 @@ def test_jobs_waiting_for_the_clusters_model_bring_the_stops_forward(
     assert told
     assert all("12 jobs are waiting for 48 free A100-SXM4-80GB GPUs" in b for b in told)
     assert any("your idle A100-SXM4-80GB will be reclaimed in 8 min, at " in b for b in told)
+
+
+class _Waits:
+    """A QueueWaitLog that records what each write was sent (and can fail once)."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[str]] = []
+        self.fail = False
+
+    def record_queue_waits(self, waits: object, at: datetime) -> None:
+        from gpusteward.domain.errors import StoreError
+
+        if self.fail:
+            self.fail = False
+            raise StoreError("database gone")
+        self.sent.append([w.id for w in waits])  # type: ignore[attr-defined]
+
+    def queue_waits(self, since: datetime, until: datetime) -> list[StartedWait]:
+        return []
+
+
+def test_a_wait_the_look_back_shows_again_is_written_once() -> None:
+    def started(*ids: str) -> Queue:
+        return Queue(T0, started=tuple(StartedWait(i, "gpu", 60.0, T0, 1, source="slurm") for i in ids))
+
+    reader, store = QueueReader(), _Waits()
+    reader.record(store, started("1", "2"), T0)
+    reader.record(store, started("1", "2"), T0 + timedelta(seconds=30))  # nothing new: no write
+    reader.record(store, started("2", "3"), T0 + timedelta(seconds=60))  # "1" left the look-back
+    reader.record(store, None, T0 + timedelta(seconds=90))  # no queue read: nothing written
+    store.fail = True
+    reader.record(store, started("2", "3", "4"), T0 + timedelta(seconds=120))  # lost: sent again
+    reader.record(store, started("2", "3", "4"), T0 + timedelta(seconds=150))
+    assert store.sent == [["1", "2"], ["3"], ["4"]]

@@ -56,7 +56,7 @@ from gpusteward.runtime.ledger_recorder import LedgerRecorder
 from gpusteward.runtime.logs import log_context, new_tick_id, tick_id
 from gpusteward.runtime.parking_step import ParkingStep
 from gpusteward.runtime.planning import plan_ladders, save_ladders, with_runner_holds
-from gpusteward.runtime.queues import QueueReader, record_waits
+from gpusteward.runtime.queues import QueueReader
 from gpusteward.runtime.reconcile import Judgement, Reconciler
 from gpusteward.runtime.rollout_step import RolloutStep
 from gpusteward.runtime.runner import ActionResult, ActionRunner
@@ -244,7 +244,7 @@ class Steward:
         decided = with_runner_holds(decisions, ran)
         self.store.record_decisions(decided)
         self._record(now, obs, analysis, decided, actions)
-        record_waits(self.store, queue, now)  # queue time for the reports; a job counts once
+        self.queues.record(self.store, queue, now)  # queue time for the reports; a job counts once
         if self.rollout is not None:
             self.rollout.record(now, targets, self.gpus, decided, actions, self.runner)
         return replace(report, decisions=decided, actions=tuple(actions), paused=ladders.paused, leader=True)

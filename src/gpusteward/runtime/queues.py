@@ -40,6 +40,9 @@ class QueueReader:
 
     readers: Sequence[tuple[str, Reader]] = ()
     latest: Queue | None = field(default=None, init=False)
+    #: (source, job id) of the waits already written and still in the look-back: a job shown
+    #: tick after tick is written once, not re-sent each tick for the store to drop.
+    _written: set[tuple[str, str]] = field(default_factory=set, init=False)
 
     @classmethod
     def of(cls, integrations: Iterable[Integration]) -> QueueReader:
@@ -69,14 +72,20 @@ class QueueReader:
         self.latest = merge(got)
         return self.latest
 
-
-def record_waits(store: QueueWaitLog, queue: Queue | None, now: datetime) -> None:
-    """Keep the started jobs' waits for the reports (the leader's record phase). A job the
-    look-back shows again is kept once; a write that fails is logged, not raised: the next
-    tick's look-back brings the same jobs back."""
-    if queue is None:
-        return
-    try:
-        store.record_queue_waits(queue.started, now)
-    except StoreError:
-        log.exception("queue waits not written; the next tick's look-back brings them again")
+    def record(self, store: QueueWaitLog, queue: Queue | None, now: datetime) -> None:
+        """Keep the started jobs' waits for the reports (the leader's record phase). Only jobs not
+        written yet are sent (the store keeps a job once anyway, across restarts); a write that
+        fails is logged, not raised: the next tick's look-back brings the same jobs back."""
+        if queue is None:
+            return
+        shown = {(s.source, s.id) for s in queue.started}
+        new = [s for s in queue.started if (s.source, s.id) not in self._written]
+        if new:
+            try:
+                store.record_queue_waits(new, now)
+            except StoreError:
+                log.exception("queue waits not written; the next tick's look-back brings them again")
+                self._written &= shown
+                return
+        # A job that left the look-back never comes back: only what is shown needs remembering.
+        self._written = shown
