@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpusteward.analysis.queue_figures import QueueTime, Waiting, queue_figures, queue_time
+from gpusteward.analysis.queue_figures import QueueTime, Waiting, queue_figures, queue_time, wait_minutes
 from gpusteward.domain.queue import PendingJob, Queue, StartedWait
 
 T = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -85,3 +85,16 @@ def test_queue_time_per_queue_and_overall() -> None:
     assert figures.total == Waiting()
     assert figures.by_queue == {}
     assert figures.by_model == {}
+
+
+@pytest.mark.parametrize(
+    ("waits_s", "q", "minutes"),
+    [
+        ((), 50, None),  # nobody started: unknown, not 0
+        ((600.0,), 95, 10.0),
+        ((60.0, 120.0, 180.0, 600.0), 50, 2.5),  # (120 + 180) / 2 s
+        ((60.0, 120.0, 180.0, 660.0), 95, 9.8),  # 180 + 0.85 * 480 = 588 s
+    ],
+)
+def test_wait_minutes(waits_s: tuple[float, ...], q: float, minutes: float | None) -> None:
+    assert wait_minutes(waits_s, q) == minutes

@@ -9,7 +9,7 @@ started within the source's look-back (start - submit); with none, a percentile 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +49,14 @@ def _waiting(jobs: Iterable[PendingJob]) -> Waiting:
     jobs = list(jobs)
     gpu = [j for j in jobs if j.waits_for_gpus]
     return Waiting(jobs=len(jobs), gpu_jobs=len(gpu), gpus=sum(j.gpus for j in gpu))
+
+
+def wait_minutes(waits_s: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile of waits in seconds, in minutes to 0.1 (numpy's linear
+    interpolation, as ``queue_time``); None for no waits."""
+    if not waits_s:
+        return None
+    return round(float(np.percentile(np.asarray(waits_s, dtype=np.float64), q)) / 60.0, 1)
 
 
 def queue_time(waits: Iterable[StartedWait]) -> QueueTime:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from gpusteward.analysis.queue_figures import wait_minutes
 from gpusteward.domain.records import FindingEpisode
 from gpusteward.integrations.sim import SimCluster
 
@@ -33,10 +34,6 @@ def untouched(cluster: SimCluster) -> SimCluster:
     )
 
 
-def _p50_min(waits: Sequence[float]) -> float | None:
-    return round(statistics.median(waits) / 60.0, 1) if waits else None
-
-
 def queue_figures(cluster: SimCluster, until: datetime) -> dict[str, Any]:
     """Median queue time of the jobs submitted during the run, with gpusteward (this run) and
     without (the same seed's cluster advanced with no action); jobs still waiting at the end
@@ -45,8 +42,8 @@ def queue_figures(cluster: SimCluster, until: datetime) -> dict[str, Any]:
     acted = cluster.queue_waits(cluster.start, until)
     alone = other.queue_waits(cluster.start, until)
     return {
-        "with_gpusteward": _p50_min(acted),
-        "without": _p50_min(alone),
+        "with_gpusteward": wait_minutes(acted, 50),
+        "without": wait_minutes(alone, 50),
         "jobs": len(acted),
         "still_waiting": {
             "with_gpusteward": len(cluster.queue(until).pending),

@@ -23,6 +23,7 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 
+from gpusteward.analysis.queue_figures import wait_minutes
 from gpusteward.domain.models import utc
 from gpusteward.domain.queue import PendingJob, Queue, StartedWait, same_model
 from gpusteward.integrations.replay.pods import QueueJob
@@ -43,9 +44,7 @@ class QueueStats:
     unstarted: int
 
     def percentile_min(self, q: float) -> float | None:
-        if not self.waits_s:
-            return None
-        return round(float(np.percentile(np.asarray(self.waits_s), q)) / 60.0, 1)
+        return wait_minutes(self.waits_s, q)
 
 
 class QueueModel:
