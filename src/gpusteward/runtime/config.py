@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from gpusteward.analysis.cost import PriceTable
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.yamlload import config_error, load_yaml
+from gpusteward.integrations.cloud.settings import CloudSettings
 from gpusteward.integrations.kubernetes.settings import KubernetesSourceSettings
 from gpusteward.integrations.nvml.settings import NvmlSourceSettings
 from gpusteward.integrations.prometheus.remote_write.settings import RemoteWriteSettings
@@ -153,6 +154,7 @@ class Settings(BaseSettings):
     insights: InsightsSettings = Field(default_factory=InsightsSettings)
     web: WebSettings = Field(default_factory=WebSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)
+    cloud: CloudSettings = Field(default_factory=CloudSettings)
     log: LogSettings = Field(default_factory=LogSettings)
 
     @classmethod
