@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from gpusteward.domain.cloud import InstanceControl, InterruptionWatch
 from gpusteward.domain.models import Gpu, Observation
 from gpusteward.domain.nodes import NodeControl
 from gpusteward.domain.ports import Clock, Executor, Leadership, Notifier, PoolScaler, Source
@@ -64,6 +65,10 @@ class Integration:
     #: The system's queue (pending work and recent queue times), read once per tick;
     #: absent where the system has no queue (a plain server).
     queue: Callable[[datetime], Queue] | None = None
+    #: The cloud instances behind the nodes (L4 stop / start), from ``cloud:`` or the simulator.
+    instances: InstanceControl | None = None
+    #: Where spot interruption notices come from (a metadata service, a queue), polled each tick.
+    interruptions: InterruptionWatch | None = None
     #: What the system knows that an agent could not (the simulator's ground truth, for the demo).
     ground_truth: object | None = None
     #: Anything else the system's CLI commands need (its client, say).
