@@ -47,6 +47,33 @@ class _Cell:
     holder_at: float = -math.inf
 
 
+class Identities:
+    """The GPU and holder each label set names, kept across ticks: a series comes back with the
+    same labels every scrape, so it is identified once, not once per tick. Emptied when it grows
+    past ``max_entries`` (pods come and go; the next tick identifies what is still there)."""
+
+    def __init__(self, max_entries: int = 1_000_000) -> None:
+        self.max_entries = max_entries
+        self._known: dict[frozenset[tuple[str, str]], tuple[GpuIdentity | None, Holder | None]] = {}
+
+    def identify(
+        self, labels: Mapping[str, str], lm: LabelMap, ignore_pods: re.Pattern[str] | None
+    ) -> tuple[GpuIdentity | None, Holder | None]:
+        # The whole label set, metric name included: cheaper to key on than to filter the name out.
+        key = frozenset(labels.items())
+        known = self._known.get(key)
+        if known is None:
+            if len(self._known) >= self.max_entries:
+                self._known.clear()
+            gpu_id = identify_gpu(labels, lm)
+            holder = identify_holder(labels, lm, ignore_pods) if gpu_id else None
+            known = self._known[key] = (gpu_id, holder)
+        return known
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
 @dataclass(frozen=True, slots=True)
 class Slot:
     """What the series say about one window slot: a sample and a holder per GPU."""
@@ -69,6 +96,7 @@ class Assembler:
         labels: LabelMap,
         interval_s: float,
         ignore_pods: re.Pattern[str] | None = None,
+        identities: Identities | None = None,
     ) -> None:
         self.specs = specs
         self.lm = labels
@@ -78,21 +106,15 @@ class Assembler:
         self.mem_total: dict[str, float] = {}
         self.cells: dict[tuple[int, str], _Cell] = {}
         self.series = 0
-        # A label set seen again (the same GPU in another metric) is identified once.
-        self._seen: dict[frozenset[tuple[str, str]], tuple[GpuIdentity | None, Holder | None]] = {}
+        # A label set seen before (this tick or an earlier one) is identified once.
+        self._seen = identities if identities is not None else Identities()
 
     def add(self, series: RawSeries, name: str | None = None) -> bool:
         """Fold one series in; False when it names no known metric or no GPU."""
         spec = self.specs.get(name or series.name)
         if spec is None:
             return False
-        key = frozenset(kv for kv in series.labels.items() if kv[0] != "__name__")
-        known_ids = self._seen.get(key)
-        if known_ids is None:
-            gpu_id = identify_gpu(series.labels, self.lm)
-            owner = identify_holder(series.labels, self.lm, self.ignore_pods) if gpu_id else None
-            known_ids = self._seen[key] = (gpu_id, owner)
-        ident, holder = known_ids
+        ident, holder = self._seen.identify(series.labels, self.lm, self.ignore_pods)
         if ident is None:
             return False
         self.series += 1

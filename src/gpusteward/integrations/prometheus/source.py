@@ -23,7 +23,7 @@ from datetime import datetime
 
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import Gpu, Observation, Sample, Workload, utc
-from gpusteward.integrations.prometheus.assemble import Assembler, Slot, build_workloads
+from gpusteward.integrations.prometheus.assemble import Assembler, Identities, Slot, build_workloads
 from gpusteward.integrations.prometheus.client import PrometheusClient, QueryResult, TooManySamples
 from gpusteward.integrations.prometheus.parse import (
     DEFAULT_SPECS,
@@ -101,6 +101,7 @@ class PrometheusSource:
         self._min_shards = 1
         self._gpus: dict[str, Gpu] = {}
         self._last_seen: dict[str, float] = {}
+        self._identities = Identities()
         self._holders: dict[str, Holder | None] = {}
         self._holder_at: dict[str, float] = {}
         self._started: dict[str, datetime] = {}
@@ -207,7 +208,7 @@ class PrometheusSource:
         return self._workload_cache
 
     def _assembler(self) -> Assembler:
-        return Assembler(self.specs, self.labels, self.interval_s, self.ignore_pods)
+        return Assembler(self.specs, self.labels, self.interval_s, self.ignore_pods, self._identities)
 
     # -- the Source protocol ------------------------------------------------------
 
