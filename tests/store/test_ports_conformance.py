@@ -4,7 +4,7 @@ in-memory store the simulator and tests use cannot drift from the SQL one the ag
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,16 @@ from gpusteward.domain.models import (
     Workload,
     WorkloadKind,
 )
-from gpusteward.domain.records import AuditNote, DailyAmounts, DailyKey, Mark, UsageAmounts, UsageKey
+from gpusteward.domain.records import (
+    AuditNote,
+    DailyAmounts,
+    DailyKey,
+    Mark,
+    ShowbackAmounts,
+    ShowbackKey,
+    UsageAmounts,
+    UsageKey,
+)
 from gpusteward.domain.store_ports import TickStore
 from gpusteward.store.db import StateStore
 from gpusteward.store.memory import MemoryStore
@@ -320,3 +329,24 @@ def test_ledger_adds_amounts_and_keeps_marks(store: TickStore) -> None:
     assert store.ledger.marks() == {"saved:w1": Mark("saved:w1", T0 + MIN, {})}
     store.ledger.add({}, {}, [Mark("waste:g1", T0, {"x": float("nan")})])
     assert store.ledger.marks()["waste:g1"].data == {"x": None}  # JSON has no NaN
+
+
+def test_showback_adds_up_and_a_closed_month_is_never_rewritten(store: TickStore) -> None:
+    feb = ShowbackKey("2026-02-27", "vision", "alice", "NVIDIA H100", "on-demand", "USD")
+    mar = ShowbackKey("2026-03-02", "vision", "alice", "NVIDIA H100", "on-demand", "USD")
+    store.ledger.add({}, {}, showback={feb: ShowbackAmounts(2.0, 1.0, 0.5, 0.0, 6.0, 1.4, 0.28)})
+    store.ledger.add({}, {}, showback={feb: ShowbackAmounts(1.0, 0.5, 0.0, 0.25, 3.0)}, late_day=mar.day)
+    [row] = store.ledger.showback(date(2026, 2, 1), date(2026, 3, 1))
+    assert row.amounts == ShowbackAmounts(3.0, 1.5, 0.5, 0.25, 9.0, 1.4, 0.28)
+
+    assert store.ledger.close_month("2026-02", T0) is True
+    assert store.ledger.close_month("2026-02", T0 + MIN) is False
+    assert store.ledger.closed_months() == {"2026-02": T0}
+    # A late amount for February lands on the day it arrives; February stays as it was closed.
+    store.ledger.add(
+        {}, {}, showback={feb: ShowbackAmounts(held_gpu_hours=4.0, spend=12.0)}, late_day=mar.day
+    )
+    assert [r.amounts for r in store.ledger.showback(date(2026, 2, 1), date(2026, 3, 1))] == [row.amounts]
+    [late] = store.ledger.showback(date(2026, 3, 1), date(2026, 4, 1), team="vision")
+    assert (late.key, late.amounts) == (mar, ShowbackAmounts(held_gpu_hours=4.0, spend=12.0))
+    assert store.ledger.showback(date(2026, 3, 1), date(2026, 4, 1), team="nlp") == []

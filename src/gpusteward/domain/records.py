@@ -11,7 +11,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import date, datetime
 from enum import Enum
 from typing import Any
@@ -294,3 +294,93 @@ class Mark:
     key: str
     until: datetime
     data: Mapping[str, Any] = field(default_factory=dict)
+
+
+# -- showback (store.showback): per day, team, owner, GPU model and rate -----------------------
+@dataclass(frozen=True, slots=True, order=True)
+class ShowbackKey:
+    day: str
+    team: str
+    user: str
+    gpu_model: str
+    #: The rate the GPU-hours are priced at: on-demand, reserved or spot (``analysis.cost.RATES``).
+    rate: str
+    currency: str
+
+
+@dataclass(slots=True)
+class ShowbackAmounts:
+    """GPU-hours and money of one showback key. Hours count only samples the source had."""
+
+    #: GPU-hours held by a workload (or, for "(unallocated)", by nobody).
+    held_gpu_hours: float = 0.0
+    #: Utilisation-weighted: an hour at 50 % is half a used GPU-hour.
+    used_gpu_hours: float = 0.0
+    #: GPU-hours a waste rule counted (the waste ledger's hours, split by GPU model).
+    wasted_gpu_hours: float = 0.0
+    #: GPU-hours freed by stops, credited as the savings ledger credits them.
+    reclaimed_gpu_hours: float = 0.0
+    #: The held GPU-hours at the GPU's price per hour for its rate, in ``currency``.
+    spend: float = 0.0
+    #: Measured energy of the held GPUs (0 where the source has no power reading).
+    kwh: float = 0.0
+    #: ``kwh`` at the configured electricity price (0 where none is set).
+    power_cost: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ShowbackRow:
+    key: ShowbackKey
+    amounts: ShowbackAmounts
+
+
+def month_of(day: str) -> str:
+    """The month (YYYY-MM) of a day key (YYYY-MM-DD)."""
+    return day[:7]
+
+
+SHOWBACK_AMOUNTS = tuple(f.name for f in fields(ShowbackAmounts))
+
+
+def add_showback(into: ShowbackAmounts, more: ShowbackAmounts) -> None:
+    for name in SHOWBACK_AMOUNTS:
+        setattr(into, name, getattr(into, name) + getattr(more, name))
+
+
+def month_start(month: str) -> date:
+    """The first day of ``month`` (YYYY-MM); ValueError naming the expected form otherwise."""
+    try:
+        if len(month) != 7 or month[4] != "-":
+            raise ValueError
+        return date(int(month[:4]), int(month[5:]), 1)
+    except ValueError:
+        raise ValueError(f"not a month: {month!r} (expected YYYY-MM, e.g. 2026-11)") from None
+
+
+def next_month(month: str) -> str:
+    first = month_start(month)
+    return f"{first.year + first.month // 12:04d}-{first.month % 12 + 1:02d}"
+
+
+def check_closable(month: str, at: datetime) -> None:
+    """A month can be closed once it has ended (UTC): its figures are final then."""
+    if at.date() < month_start(next_month(month)):
+        raise ValueError(f"{month} has not ended yet (now {at.date().isoformat()}): close it after")
+
+
+def move_late(
+    showback: Mapping[ShowbackKey, ShowbackAmounts], closed: Iterable[str], late_day: str | None
+) -> dict[ShowbackKey, ShowbackAmounts]:
+    """The amounts with those of a closed month moved to ``late_day`` (the day they arrive):
+    a closed month's rows are never rewritten. Without a ``late_day`` nothing moves."""
+    shut = set(closed)
+    if late_day is not None and month_of(late_day) in shut:
+        # A clock behind the closing: the first day after the last closed month instead.
+        late_day = month_start(next_month(max(shut))).isoformat()
+    out: dict[ShowbackKey, ShowbackAmounts] = {}
+    for key, amounts in showback.items():
+        if late_day is not None and month_of(key.day) in shut:
+            key = replace(key, day=late_day)
+        acc = out.setdefault(key, ShowbackAmounts())
+        add_showback(acc, amounts)
+    return out

@@ -9,7 +9,7 @@ gathers them for the loop, which hands the parts on.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
 from gpusteward.domain.models import (
@@ -33,6 +33,9 @@ from gpusteward.domain.records import (
     FindingEpisode,
     Mark,
     NoticeRecord,
+    ShowbackAmounts,
+    ShowbackKey,
+    ShowbackRow,
     SnoozeRecord,
     UsageAmounts,
     UsageKey,
@@ -228,9 +231,27 @@ class Ledger(Protocol):
         usage: Mapping[UsageKey, UsageAmounts],
         marks: Iterable[Mark] = (),
         drop_marks: Iterable[str] = (),
-    ) -> None: ...
+        *,
+        showback: Mapping[ShowbackKey, ShowbackAmounts] | None = None,
+        late_day: str | None = None,
+    ) -> None:
+        """Add amounts, in one transaction. Showback amounts of a closed month go to
+        ``late_day`` (today) instead: a closed month is never rewritten."""
+        ...
 
     def marks(self) -> dict[str, Mark]: ...
+
+    def showback(self, start: date, end: date, *, team: str | None = None) -> list[ShowbackRow]:
+        """Showback rows of the days ``start`` <= day < ``end`` (of one team), in key order."""
+        ...
+
+    def close_month(self, month: str, at: datetime) -> bool:
+        """Freeze the showback rows of ``month`` (YYYY-MM); False when it was closed already."""
+        ...
+
+    def closed_months(self) -> dict[str, datetime]:
+        """Closed months (YYYY-MM) and when each was closed."""
+        ...
 
 
 #: How long a started job's queue wait is kept (a year's reports, and a month to spare).

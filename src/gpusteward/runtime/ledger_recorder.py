@@ -10,6 +10,9 @@
   later (an estimate, the live loop cannot know); a backtest passes what the trace shows.
 * **Use**: per workload and day, the GPU-hours held and the utilisation-weighted busy GPU-hours
   of the samples the source had (efficiency), and the GPUs an advice rule found idle.
+* **Showback**: per day, team, owner, GPU model and rate, the GPU-hours held (GPUs no workload
+  holds count for "(unallocated)"), used, wasted and reclaimed, the held hours' spend at the
+  GPU's price and the measured power's cost. Amounts for a closed month go to the current day.
 """
 
 from __future__ import annotations
@@ -30,7 +33,16 @@ from gpusteward.domain.models import (
     RuleAction,
     Workload,
 )
-from gpusteward.domain.records import DailyAmounts, DailyKey, Mark, UsageAmounts, UsageKey, day_key
+from gpusteward.domain.records import (
+    DailyAmounts,
+    DailyKey,
+    Mark,
+    ShowbackAmounts,
+    ShowbackKey,
+    UsageAmounts,
+    UsageKey,
+    day_key,
+)
 from gpusteward.domain.store_ports import HasLedger, WorkloadBook
 from gpusteward.runtime.runner import ActionResult
 
@@ -44,6 +56,9 @@ _SAVED = "saved:"
 #: A finished savings mark is kept this long, so a later step on the same stop is not credited again.
 _KEEP_DONE = timedelta(days=7)
 _NOBODY = Owner("(unallocated)")
+_UNKNOWN_MODEL = "unknown"
+# Showback amounts in a pending list, in ShowbackAmounts' field order.
+_HELD, _USED, _WASTED, _RECLAIMED, _SPEND, _KWH, _POWER_COST = range(7)
 
 
 class RecorderStore(WorkloadBook, HasLedger, Protocol):
@@ -93,6 +108,7 @@ class LedgerRecorder:
         # Pending amounts as plain lists (one tick adds thousands): see _DAILY / _flush_usage.
         self._daily: dict[DailyKey, list[float]] = {}
         self._usage: dict[tuple[str, str], list[Any]] = {}
+        self._showback: dict[ShowbackKey, list[float]] = {}
         self._kinds: dict[str, str] = {}
         self._prev_at: datetime | None = None
         self._flushed_at: datetime | None = None
@@ -123,6 +139,17 @@ class LedgerRecorder:
             for i, v in enumerate(amounts):
                 acc[i] += v
 
+    def _show(self, day: str, owner: Owner, model: str, at: int, amount: float) -> None:
+        key = ShowbackKey(day, owner.team, owner.user, model, self.prices.rate, self.prices.currency)
+        acc = self._showback.get(key)
+        if acc is None:
+            acc = self._showback[key] = [0.0] * 7
+        acc[at] += amount
+
+    def _model(self, uuid: str, gpus: Mapping[str, Gpu]) -> str:
+        gpu = gpus.get(uuid)
+        return gpu.model if gpu is not None and gpu.model else _UNKNOWN_MODEL
+
     # -- one tick -----------------------------------------------------------------------------
     def record(
         self,
@@ -140,6 +167,7 @@ class LedgerRecorder:
         self._accrue(now)
         if obs is not None:
             self._use(now, obs, workloads, findings)
+            self._held(now, obs, workloads, gpus)
         self._prev_at = now
         due = self._flushed_at is None or (now - self._flushed_at).total_seconds() >= self.flush_every_s
         if due or day_key(now) != day_key(self._flushed_at or now):
@@ -178,6 +206,7 @@ class LedgerRecorder:
                     cost = hours * price + self.prices.energy_cost(kwh)
                     key = DailyKey(day, self.prices.currency, owner.user, owner.team, f.kind)
                     self._bump(key, (hours, cost, kwh, 0.0, 0.0, 0.0))
+                    self._show(day, owner, self._model(uuid, gpus), _WASTED, hours)
                 until[uuid] = f.at
                 self._dirty.add(_WASTE + uuid)
 
@@ -216,6 +245,7 @@ class LedgerRecorder:
                 "gpus": len(w.gpu_uuids),
                 "price": sum(self._price(u, gpus) for u in w.gpu_uuids),
                 "kw": sum(watts) / 1000 if watts else None,
+                "model": self._model(w.gpu_uuids[0], gpus) if w.gpu_uuids else _UNKNOWN_MODEL,
                 "ends": end.isoformat(),
             }
             if end > now:
@@ -239,6 +269,8 @@ class LedgerRecorder:
                     day, self.prices.currency, str(data["user"]), str(data["team"]), str(data["kind"])
                 )
                 self._bump(k, (0.0, 0.0, 0.0, gpu_hours, cost, 0.0))
+                owner = Owner(str(data["user"]), str(data["team"]))
+                self._show(day, owner, str(data.get("model", _UNKNOWN_MODEL)), _RECLAIMED, gpu_hours)
             self._dirty.add(key)
             if upto >= ends:
                 del self._active[key]
@@ -278,6 +310,30 @@ class LedgerRecorder:
             acc[5] += busy
             acc[6] = max(acc[6], idle.get(w.id, 0))
 
+    def _held(
+        self, now: datetime, obs: Observation, workloads: Mapping[str, Workload], gpus: Mapping[str, Gpu]
+    ) -> None:
+        """Showback: each GPU with a fresh utilisation sample was held (by its workload, or by
+        nobody) since the last tick, priced at its rate; its measured power is charged too."""
+        if self._prev_at is None:
+            return
+        hours = min(max(0.0, (now - self._prev_at).total_seconds()), self.max_gap_s) / 3600
+        if hours <= 0:
+            return
+        holder = {uuid: w.owner for w in workloads.values() for uuid in w.gpu_uuids}
+        day = day_key(now)
+        for s in obs.samples:
+            if s.gpu_util_pct is None or s.at <= self._prev_at:
+                continue  # no data this tick is not use
+            owner, model = holder.get(s.gpu_uuid, _NOBODY), self._model(s.gpu_uuid, gpus)
+            self._show(day, owner, model, _HELD, hours)
+            self._show(day, owner, model, _USED, min(100.0, max(0.0, s.gpu_util_pct)) / 100 * hours)
+            self._show(day, owner, model, _SPEND, hours * self._price(s.gpu_uuid, gpus))
+            if s.power_w is not None:
+                kwh = s.power_w / 1000 * hours
+                self._show(day, owner, model, _KWH, kwh)
+                self._show(day, owner, model, _POWER_COST, self.prices.energy_cost(kwh))
+
     def _marks(self) -> tuple[list[Mark], set[str]]:
         """The dirty marks to save, and the finished ones old enough to forget."""
         saved = []
@@ -302,9 +358,11 @@ class LedgerRecorder:
         marks, old = self._marks()
         daily = {k: DailyAmounts(v[0], v[1], v[2], v[3], v[4], int(v[5])) for k, v in self._daily.items()}
         usage = {UsageKey(day, wid): UsageAmounts(*acc) for (day, wid), acc in self._usage.items()}
-        self.ledger.add(daily, usage, marks, old)
+        showback = {k: ShowbackAmounts(*v) for k, v in self._showback.items()}
+        late_day = day_key(now or until or self._prev_at or datetime.now(tz=UTC))
+        self.ledger.add(daily, usage, marks, old, showback=showback, late_day=late_day)
         for k in old:
             del self._done[k]
-        self._daily, self._usage = {}, {}
+        self._daily, self._usage, self._showback = {}, {}, {}
         self._dirty = set()
         self._flushed_at = now or until or self._prev_at

@@ -233,6 +233,33 @@ ledger_marks_t = Table(
     _at("until", nullable=False),
     _json("data"),
 )
+# Showback (store.showback): GPU-hours and spend per day, team, owner, GPU model and rate; months
+# once closed are frozen (amounts that arrive later go to the day they arrive).
+ledger_showback_t = Table(
+    "ledger_showback",
+    md,
+    _pk(),
+    Column("day", String(10), nullable=False, index=True),  # YYYY-MM-DD, UTC
+    _text("team", 255),
+    _text("user_name", 255),
+    _text("gpu_model", 255),
+    _text("rate", 16),
+    _text("currency", 8),
+    Column("held_gpu_hours", Float, nullable=False, default=0.0),
+    Column("used_gpu_hours", Float, nullable=False, default=0.0),
+    Column("wasted_gpu_hours", Float, nullable=False, default=0.0),
+    Column("reclaimed_gpu_hours", Float, nullable=False, default=0.0),
+    Column("spend", Float, nullable=False, default=0.0),
+    Column("kwh", Float, nullable=False, default=0.0),
+    Column("power_cost", Float, nullable=False, default=0.0),
+    UniqueConstraint("day", "team", "user_name", "gpu_model", "rate", "currency", name="uq_ledger_showback"),
+)
+ledger_closed_months_t = Table(
+    "ledger_closed_months",
+    md,
+    Column("month", String(7), primary_key=True),  # YYYY-MM
+    _at("closed_at", nullable=False),
+)
 
 # Owner and admin controls (store.controls): approvals of high-level actions, snoozes.
 approvals_t = Table(

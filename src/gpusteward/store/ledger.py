@@ -21,11 +21,15 @@ from gpusteward.domain.records import (
     DailyAmounts,
     DailyKey,
     Mark,
+    ShowbackAmounts,
+    ShowbackKey,
+    ShowbackRow,
     UsageAmounts,
     UsageKey,
     day_key,
     jsonable,
 )
+from gpusteward.store import showback as showback_sql
 from gpusteward.store.dbschema import (
     actions_t,
     ledger_daily_t,
@@ -93,14 +97,19 @@ class LedgerStore:
         usage: Mapping[UsageKey, UsageAmounts],
         marks: Iterable[Mark] = (),
         drop_marks: Iterable[str] = (),
+        *,
+        showback: Mapping[ShowbackKey, ShowbackAmounts] | None = None,
+        late_day: str | None = None,
     ) -> None:
-        """Add amounts to their rows (creating them) and save or drop marks, in one transaction."""
+        """Add amounts to their rows (creating them) and save or drop marks, in one transaction.
+        Showback amounts of a closed month go to ``late_day`` instead."""
         saved, dropped = list(marks), sorted(set(drop_marks))
-        if not (daily or usage or saved or dropped):
+        if not (daily or usage or saved or dropped or showback):
             return
         with self.state._tx("add to the ledger") as conn:
             self._add_daily(conn, daily)
             self._add_usage(conn, usage)
+            showback_sql.add(conn, showback or {}, late_day)
             keys = sorted({m.key for m in saved} | set(dropped))
             for chunk in chunks(keys):
                 conn.execute(delete(ledger_marks_t).where(ledger_marks_t.c.key.in_(chunk)))
@@ -165,6 +174,20 @@ class LedgerStore:
         with self.state._tx("read ledger marks") as conn:
             rows = conn.execute(select(ledger_marks_t)).all()
         return {r.key: Mark(r.key, r.until, dict(r.data or {})) for r in rows}
+
+    def showback(self, start: date, end: date, *, team: str | None = None) -> list[ShowbackRow]:
+        """Showback rows of the days ``start`` <= day < ``end`` (of one team), in key order."""
+        with self.state._tx("read showback") as conn:
+            return showback_sql.rows(conn, start, end, team)
+
+    def close_month(self, month: str, at: datetime) -> bool:
+        """Freeze the showback rows of ``month`` (YYYY-MM); False when it was closed already."""
+        with self.state._tx(f"close {month}") as conn:
+            return showback_sql.close(conn, month, at)
+
+    def closed_months(self) -> dict[str, datetime]:
+        with self.state._tx("read closed months") as conn:
+            return showback_sql.closed_months(conn)
 
     def daily(self, start: date, end: date, *, team: str | None = None) -> list[DailyRow]:
         """Rows of the days ``start`` <= day < ``end`` (of one team), by day, owner, kind."""

@@ -12,7 +12,7 @@ import copy
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpusteward.domain.models import Decision, Finding, LadderState, Notice, Workload
@@ -25,12 +25,19 @@ from gpusteward.domain.records import (
     FindingEpisode,
     Mark,
     NoticeRecord,
+    ShowbackAmounts,
+    ShowbackKey,
+    ShowbackRow,
     UsageAmounts,
     UsageKey,
     WorkloadRecord,
+    add_showback,
+    check_closable,
+    day_key,
     episode_subject,
     episode_waste,
     jsonable,
+    move_late,
 )
 from gpusteward.domain.store_ports import QUEUE_WAITS_KEPT
 from gpusteward.store.memory_controls import MemoryControls, MemoryJournal, last_n
@@ -45,6 +52,8 @@ class MemoryLedger:
         self.daily: dict[DailyKey, DailyAmounts] = {}
         self.usage: dict[UsageKey, UsageAmounts] = {}
         self._marks: dict[str, Mark] = {}
+        self._showback: dict[ShowbackKey, ShowbackAmounts] = {}
+        self._closed: dict[str, datetime] = {}
 
     def add(
         self,
@@ -52,7 +61,12 @@ class MemoryLedger:
         usage: Mapping[UsageKey, UsageAmounts],
         marks: Iterable[Mark] = (),
         drop_marks: Iterable[str] = (),
+        *,
+        showback: Mapping[ShowbackKey, ShowbackAmounts] | None = None,
+        late_day: str | None = None,
     ) -> None:
+        for sk, sa in move_late(showback or {}, self._closed, late_day).items():
+            add_showback(self._showback.setdefault(sk, ShowbackAmounts()), sa)
         for k, a in daily.items():
             old = self.daily.setdefault(k, DailyAmounts())
             for f in fields(DailyAmounts):
@@ -73,6 +87,24 @@ class MemoryLedger:
 
     def marks(self) -> dict[str, Mark]:
         return dict(self._marks)
+
+    def showback(self, start: date, end: date, *, team: str | None = None) -> list[ShowbackRow]:
+        lo, hi = day_key(start), day_key(end)
+        return [
+            ShowbackRow(k, replace(a))
+            for k, a in sorted(self._showback.items())
+            if lo <= k.day < hi and (team is None or k.team == team)
+        ]
+
+    def close_month(self, month: str, at: datetime) -> bool:
+        check_closable(month, at)
+        if month in self._closed:
+            return False
+        self._closed[month] = at
+        return True
+
+    def closed_months(self) -> dict[str, datetime]:
+        return dict(self._closed)
 
 
 @dataclass(slots=True)

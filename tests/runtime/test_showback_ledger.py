@@ -1,0 +1,173 @@
+"""Showback figures add up: a month of ticks through the ledger recorder, then each team's spend
+recomputed from the raw samples the plain way (a loop over samples x price) and compared to the
+ledger to the cent, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gpusteward.analysis.cost import PriceTable
+from gpusteward.domain.models import (
+    Finding,
+    Gpu,
+    Observation,
+    Owner,
+    RuleAction,
+    Sample,
+    Workload,
+    WorkloadKind,
+)
+from gpusteward.domain.records import ShowbackKey
+from gpusteward.runtime.ledger_recorder import LedgerRecorder
+from gpusteward.store.db import StateStore
+
+START = datetime(2026, 11, 1, tzinfo=UTC)
+END = datetime(2026, 12, 1, tzinfo=UTC)
+TEAMS = (Owner("alice", "vision"), Owner("bob", "nlp"), Owner("carol", "nlp"), Owner("dan", "speech"))
+GPUS = {
+    f"g{i}": Gpu(f"g{i}", f"n{i // 2}", i % 2, model, 81559)
+    for i, model in enumerate(
+        (
+            "NVIDIA H100 80GB HBM3",
+            "NVIDIA H100 80GB HBM3",
+            "NVIDIA A100-SXM4-80GB",
+            "NVIDIA A100-SXM4-80GB",
+            "NVIDIA L4",
+            "Tesla T4",
+        )
+    )
+}
+PRICES = PriceTable(rate="reserved", electricity_per_kwh=0.17, per_model={"l4": 0.81})
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+    url = f"sqlite:///{tmp_path / 's.db'}" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    s = StateStore(url)
+    s.create_schema()
+    yield s
+    s.close()
+
+
+def ticks(seed: int) -> Iterator[tuple[datetime, Observation]]:
+    """Every 10 minutes with jitter, some ticks missed (gaps over the recorder's 900 s cap),
+    GPUs changing hands every few hours, some GPUs held by nobody, samples missing or stale."""
+    rng = random.Random(seed)
+    at, holders = START + timedelta(minutes=3), {}
+    while at < END:
+        if rng.random() < 0.05:  # reassign: a new workload on a random subset of GPUs
+            n = 0
+            holders = {}
+            for uuid in GPUS:
+                if rng.random() < 0.7:
+                    holders.setdefault(rng.choice(TEAMS), []).append(uuid)
+                    n += 1
+        workloads = tuple(
+            Workload(f"w-{o.user}-{int(at.timestamp())}", WorkloadKind.JOB, "j", o, len(g), tuple(g), at)
+            for o, g in holders.items()
+        )
+        samples = []
+        for uuid in GPUS:
+            roll = rng.random()
+            if roll < 0.05:
+                continue  # the source had nothing for this GPU
+            when = at - timedelta(hours=2) if roll < 0.08 else at  # stale: not new since last tick
+            util = None if roll < 0.1 else rng.uniform(0, 100)
+            power = None if rng.random() < 0.2 else rng.uniform(60, 700)
+            samples.append(Sample(uuid, when, util, 1000.0, power))
+        yield at, Observation(at, tuple(GPUS.values()), tuple(samples), workloads)
+        at += timedelta(seconds=rng.choice((600, 600, 600, 590, 615, 1800)))
+
+
+def test_a_months_spend_per_team_is_the_samples_times_their_price(state: StateStore) -> None:
+    rec = LedgerRecorder(state, PRICES, flush_every_s=3600)
+    expected_spend: dict[str, float] = defaultdict(float)
+    expected_power: dict[str, float] = defaultdict(float)
+    expected_held: dict[str, float] = defaultdict(float)
+    prev: datetime | None = None
+    for at, obs in ticks(seed=19):
+        rec.record(at, obs, {w.id: w for w in obs.workloads}, [], [], GPUS)
+        # The plain way: every fresh utilisation sample is its GPU held for the time since the
+        # last tick (at most 15 minutes), at the reserved price of its model.
+        if prev is not None:
+            hours = min((at - prev).total_seconds(), 900) / 3600
+            team_of = {u: w.owner.team for w in obs.workloads for u in w.gpu_uuids}
+            for s in obs.samples:
+                if s.gpu_util_pct is None or s.at <= prev:
+                    continue
+                team = team_of.get(s.gpu_uuid, "")
+                expected_spend[team] += hours * PRICES.price(GPUS[s.gpu_uuid].model, "reserved")
+                expected_held[team] += hours
+                if s.power_w is not None:
+                    expected_power[team] += s.power_w / 1000 * hours * 0.17
+        prev = at
+    rec.flush(prev)
+
+    rows = state.ledger.showback(date(2026, 11, 1), date(2026, 12, 1))
+    got_spend: dict[str, float] = defaultdict(float)
+    got_power: dict[str, float] = defaultdict(float)
+    got_held: dict[str, float] = defaultdict(float)
+    for r in rows:
+        assert (r.key.rate, r.key.currency) == ("reserved", "USD")
+        got_spend[r.key.team] += r.amounts.spend
+        got_power[r.key.team] += r.amounts.power_cost
+        got_held[r.key.team] += r.amounts.held_gpu_hours
+        assert 0 <= r.amounts.used_gpu_hours <= r.amounts.held_gpu_hours + 1e-9
+    assert set(got_spend) == {"vision", "nlp", "speech", ""}
+    assert {t: round(v, 2) for t, v in got_spend.items()} == {
+        t: round(v, 2) for t, v in expected_spend.items()
+    }
+    assert {t: round(v, 2) for t, v in got_power.items()} == {
+        t: round(v, 2) for t, v in expected_power.items()
+    }
+    assert {t: round(v, 6) for t, v in got_held.items()} == {t: round(v, 6) for t, v in expected_held.items()}
+    # Each GPU model priced on its own row: the L4 at the configured on-demand price less 35 %.
+    l4 = [r for r in rows if r.key.gpu_model == "NVIDIA L4"]
+    assert l4
+    assert all(abs(r.amounts.spend - r.amounts.held_gpu_hours * 0.81 * 0.65) < 1e-6 for r in l4)
+
+
+def test_waste_and_reclaimed_hours_land_on_the_model_and_owner(state: StateStore) -> None:
+    rec = LedgerRecorder(state, PriceTable())
+    w = Workload("j", WorkloadKind.JOB, "j", Owner("alice", "vision"), 2, ("g0", "g4"), START)
+    at = START + timedelta(hours=5)
+    f = Finding("idle", "idle", RuleAction.RECLAIM, at, ("g0", "g4"), "j", {}, 60, 2.0, 0.0)
+    rec.record(at, None, {"j": w}, [f], [], GPUS)
+    rec.flush(at)
+    rows = {r.key: r.amounts for r in state.ledger.showback(date(2026, 11, 1), date(2026, 11, 2))}
+    h100 = ShowbackKey("2026-11-01", "vision", "alice", "NVIDIA H100 80GB HBM3", "on-demand", "USD")
+    l4 = ShowbackKey("2026-11-01", "vision", "alice", "NVIDIA L4", "on-demand", "USD")
+    assert rows[h100].wasted_gpu_hours == pytest.approx(1.0)
+    assert rows[l4].wasted_gpu_hours == pytest.approx(1.0)
+    assert rows[h100].held_gpu_hours == 0.0  # no samples: nothing counted as held
+
+
+def test_amounts_for_a_closed_month_go_to_the_day_they_arrive(state: StateStore) -> None:
+    rec = LedgerRecorder(state, PriceTable(), flush_every_s=3600)
+    w = Workload("j", WorkloadKind.JOB, "j", Owner("alice", "vision"), 1, ("g0",), START)
+
+    def tick(at: datetime) -> None:
+        rec.record(at, Observation(at, (), (Sample("g0", at, 50.0),), (w,)), {"j": w}, [], [], GPUS)
+
+    tick(datetime(2026, 11, 30, 23, 50, tzinfo=UTC))
+    tick(datetime(2026, 11, 30, 23, 56, tzinfo=UTC))  # 6 minutes of Nov 30, pending (flush hourly)
+    assert state.ledger.close_month("2026-11", datetime(2026, 12, 1, tzinfo=UTC)) is True
+    tick(datetime(2026, 12, 1, 0, 2, tzinfo=UTC))  # a new day: flushes both ticks' amounts
+    assert state.ledger.showback(date(2026, 11, 1), date(2026, 12, 1)) == []
+    [late] = state.ledger.showback(date(2026, 12, 1), date(2027, 1, 1))
+    assert late.key.day == "2026-12-01"
+    assert late.amounts.held_gpu_hours == pytest.approx(12 / 60)
+    assert late.amounts.used_gpu_hours == pytest.approx(6 / 60)
+
+
+def test_a_month_that_has_not_ended_cannot_be_closed(state: StateStore) -> None:
+    with pytest.raises(ValueError, match="2026-11 has not ended"):
+        state.ledger.close_month("2026-11", datetime(2026, 11, 30, 23, 59, tzinfo=UTC))
+    with pytest.raises(ValueError, match="YYYY-MM"):
+        state.ledger.close_month("2026-13", datetime(2027, 1, 1, tzinfo=UTC))
