@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpusteward.integrations.cloud.interruption.settings import InterruptionSettings
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -39,3 +41,4 @@ class CloudSettings(_Section):
         "azure (preemption notices from the metadata service only); none: no cloud calls at all.",
     )
     aws: AwsSettings = Field(default_factory=AwsSettings)
+    interruption: InterruptionSettings = Field(default_factory=InterruptionSettings)
