@@ -16,7 +16,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gpusteward.analysis.budgets import BudgetSettings
 from gpusteward.analysis.cost import PriceTable
+from gpusteward.analysis.showback import ShowbackSettings
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.yamlload import config_error, load_yaml
 from gpusteward.integrations.cloud.settings import CloudSettings
@@ -146,6 +148,8 @@ class Settings(BaseSettings):
     analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
     cost: PriceTable = Field(default_factory=PriceTable)
+    showback: ShowbackSettings = Field(default_factory=ShowbackSettings)
+    budgets: BudgetSettings = Field(default_factory=BudgetSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     ha: HaSettings = Field(default_factory=HaSettings)
     forecast: ForecastSettings = Field(default_factory=ForecastSettings)
