@@ -23,6 +23,7 @@ from gpusteward.domain.records import (
     month_start,
     next_month,
 )
+from gpusteward.domain.store_ports import Ledger
 
 #: The label of GPUs no workload held (the ledger keeps their team empty).
 UNALLOCATED = "(unallocated)"
@@ -165,3 +166,16 @@ def totals(rows: Iterable[ShowbackRow]) -> Mapping[str, float]:
     for r in rows:
         add_showback(acc, r.amounts)
     return {n: getattr(acc, n) for n in SHOWBACK_AMOUNTS}
+
+
+def read_month(ledger: Ledger, month: str, *, team: str | None = None) -> tuple[list[ShowbackRow], bool]:
+    """The month's showback rows (of one team) and whether the month is closed."""
+    start, end = month_range(month)
+    return ledger.showback(start, end, team=team), month in ledger.closed_months()
+
+
+def showback_doc(month: str, closed: bool, currency: str, rows: Sequence[ShowbackRow]) -> dict[str, Any]:
+    """The month as ``GET /api/v1/showback`` answers it (the hub reads this shape), rows in one
+    currency: the configured one."""
+    mine = [r for r in rows if r.key.currency == currency]
+    return {"month": month, "closed": closed, "currency": currency, "rows": api_rows(mine)}
