@@ -29,6 +29,7 @@ from gpusteward.cli.logsetup import LogFormatOpt
 from gpusteward.cli.parked import parked as parked_command
 from gpusteward.cli.report import report as report_command
 from gpusteward.cli.rollout import rollout_app
+from gpusteward.cli.showback import showback_app
 from gpusteward.cli.slurm import slurm_app
 from gpusteward.cli.snooze import snooze as snooze_command
 from gpusteward.cli.snooze import unsnooze as unsnooze_command
@@ -326,6 +327,7 @@ app.command("forecast", rich_help_panel=LOOK)(forecast_command)
 app.command("backtest", rich_help_panel=LOOK)(backtest_command)
 app.command("parked", rich_help_panel=LOOK)(parked_command)
 app.add_typer(consolidate_app, name="consolidate", rich_help_panel=LOOK)
+app.add_typer(showback_app, name="showback", rich_help_panel=LOOK)
 app.add_typer(approvals_app, name="approvals", rich_help_panel=CONTROL)
 app.add_typer(rollout_app, name="rollout", rich_help_panel=CONTROL)
 app.command("snooze", rich_help_panel=CONTROL)(snooze_command)
