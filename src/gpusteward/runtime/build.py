@@ -19,6 +19,7 @@ from gpusteward.runtime.consolidation_step import build_consolidation
 from gpusteward.runtime.gap_history import build_gap_history
 from gpusteward.runtime.health_step import build_health
 from gpusteward.runtime.insights import build_insights
+from gpusteward.runtime.interruption_step import build_interruption
 from gpusteward.runtime.loop import Steward
 from gpusteward.runtime.notify_wiring import build_notifier
 from gpusteward.runtime.parking_step import build_parking
@@ -121,6 +122,7 @@ def build_steward(
     steward.parking = parking
     steward.consolidation = consolidation
     steward.health = health
+    steward.interruptions = build_interruption(settings, integration, store, runner.notifier, clock)
     steward.leadership = build_leadership(settings, store, integration)
     steward.guard_clock_jumps = guard_clock_jumps
     if backfill:

@@ -52,6 +52,7 @@ from gpusteward.runtime.gap_history import GapHistory
 from gpusteward.runtime.health_step import HealthStep
 from gpusteward.runtime.infra_plans import infra_plans
 from gpusteward.runtime.insights import Insights
+from gpusteward.runtime.interruption_step import InterruptionStep
 from gpusteward.runtime.ledger_recorder import LedgerRecorder
 from gpusteward.runtime.logs import log_context, new_tick_id, tick_id
 from gpusteward.runtime.parking_step import ParkingStep
@@ -108,6 +109,8 @@ class Steward:
     health: HealthStep | None = None
     #: Roll-out scopes' stages into the plan; stops, false kills, reclaim counts: runtime/rollout_step.py.
     rollout: RolloutStep | None = None
+    #: Spot interruption notices → checkpoint signals on the node: runtime/interruption_step.py.
+    interruptions: InterruptionStep | None = None
     queues: QueueReader = field(default_factory=QueueReader)  #: schedulers' queues, read each tick
     #: Who may act when two replicas run (None: this one always does).
     leadership: Leadership | None = None
@@ -228,6 +231,8 @@ class Steward:
         infra = hold_for_approval(infra, ladders.approvals, now, self.policy.approval)
         decisions = [*ladders.result.decisions, *infra]
         # 5. Act: one runner. What a crash left unfinished and due follow-ups come first.
+        if self.interruptions is not None:  # a node about to be taken: checkpoint signals first of all
+            self.interruptions.act(now, workloads, self.gpus)
         targets = {**workloads, **targets}
         wasting = {
             f.workload_id for f in analysis.findings if f.action is RuleAction.RECLAIM and f.workload_id

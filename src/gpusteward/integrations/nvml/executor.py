@@ -169,6 +169,20 @@ class ProcessExecutor:
         detail = f"{ckpt.name} (checkpoint) sent to PID {pid} ({info.user}); SIGTERM after {self.grace_s:g}s"
         return Outcome(True, detail, follow_up_after_s=self.grace_s)
 
+    def checkpoint_now(self, decision: Decision, workload: Workload) -> Outcome:
+        """A spot interruption: the checkpoint signal alone, never SIGTERM (the instance is going
+        away; what the owner's checkpoint saves is all that can be kept). Same guards as a stop."""
+        pid, start, info = self._target(decision, workload, Level.GRACEFUL_STOP)
+        if info is None:
+            return Outcome(True, f"{workload.id} already exited", verified=True)
+        ckpt = self._checkpoint_signal(workload, info)
+        if ckpt is None:
+            raise PreflightFailed(
+                f"PID {pid} names no checkpoint signal ({CHECKPOINT_SIGNAL_KEY}, {CHECKPOINT_ENV})"
+            )
+        self._send(pid, start, ckpt)
+        return Outcome(True, f"{ckpt.name} (checkpoint) sent to PID {pid} ({info.user})", verified=True)
+
     def complete(self, decision: Decision, workload: Workload) -> Outcome:
         """L2, second phase (the grace is over): SIGTERM if it still runs, a short wait, verify."""
         try:

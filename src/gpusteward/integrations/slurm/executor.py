@@ -131,6 +131,25 @@ class SlurmExecutor:
         detail = f"sent SIG{sig} to job {job} (batch script and steps); scancel after {self.grace_s:g} s"
         return Outcome(True, detail, follow_up_after_s=self.grace_s)
 
+    def checkpoint_now(self, decision: Decision, workload: Workload) -> Outcome:
+        """A spot interruption: ``scancel --signal=<SIG> --full`` alone (batch script and steps)."""
+        job = workload.ref.get("job_id", "")
+        if self._read(workload) is None:
+            return self._ended(workload, f"job {job} already ended")
+        sig = self.signal_for(workload)
+        if not self._call(f"scancel --signal={sig} --full {job}", self.control.signal, job, sig, full=True):
+            return self._ended(workload, f"job {job} ended before SIG{sig}")
+        return Outcome(True, f"sent SIG{sig} to job {job} (batch script and steps)", verified=True)
+
+    def requeue_now(self, decision: Decision, workload: Workload) -> Outcome:
+        """A spot interruption near its deadline: ``scontrol requeue`` (the job runs again elsewhere)."""
+        job = workload.ref.get("job_id", "")
+        if self._read(workload) is None:
+            return self._ended(workload, f"job {job} already ended")
+        self._call(f"scontrol requeue {job}", self.control.requeue, job)
+        gone = self._read(workload) is None
+        return Outcome(True, f"requeued job {job} (scontrol requeue)", verified=gone)
+
     def complete(self, decision: Decision, workload: Workload) -> Outcome:
         """L2, second phase (the grace is over): ``scancel`` the job if it still runs, verify."""
         job = workload.ref.get("job_id", "")
