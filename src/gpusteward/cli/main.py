@@ -23,6 +23,7 @@ from gpusteward.cli.db import db_app
 from gpusteward.cli.exits import err, exit_on_errors, fail
 from gpusteward.cli.exporter import exporter as exporter_command
 from gpusteward.cli.forecast import advise_command, forecast_command
+from gpusteward.cli.hub import hub_app
 from gpusteward.cli.init import init as init_command
 from gpusteward.cli.kubernetes import restore as restore_command
 from gpusteward.cli.logsetup import LogFormatOpt
@@ -337,5 +338,6 @@ app.command("init", rich_help_panel=SETUP)(init_command)
 app.add_typer(rules_app, name="rules", rich_help_panel=SETUP)
 app.add_typer(db_app, name="db", rich_help_panel=SETUP)
 app.add_typer(token_app, name="token", rich_help_panel=SETUP)
+app.add_typer(hub_app, name="hub", rich_help_panel=SETUP)
 app.command("exporter", rich_help_panel=SETUP)(exporter_command)
 app.add_typer(slurm_app, name="slurm", rich_help_panel=SETUP)

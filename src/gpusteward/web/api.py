@@ -118,7 +118,9 @@ def me(request: Request) -> dict[str, str]:
 @router.get("/overview", summary="Cluster utilisation, idle GPUs, waste and savings, recent actions")
 def overview(request: Request) -> JSONResponse:
     caller(request)
-    return _json(overview_data.for_context(ctx_of(request)))
+    return _json(
+        {**overview_data.for_context(ctx_of(request)), "cluster": ctx_of(request).settings.web.cluster_name}
+    )
 
 
 All = Annotated[

@@ -101,6 +101,13 @@ class WebSettings(BaseModel):
         le=64 * 1_048_576,
         description="Largest request body the web app reads (a rule pack, a form); larger ones get 413.",
     )
+    cluster_name: str = Field(
+        "",
+        max_length=63,
+        pattern=r"^([a-z0-9][a-z0-9._-]*)?$",
+        description="This cluster's name, shown in /api/v1/overview and /api/v1/fleet (a federation "
+        "hub keys what it pulls by it). Empty: unnamed.",
+    )
     rules_file: Path | None = Field(
         None,
         description="Rule pack the rules page saves edits to (admins only); it must be listed in "
