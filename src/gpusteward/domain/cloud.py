@@ -8,7 +8,7 @@ and the simulator's (``integrations/sim``), so the demo and the tests run the sa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -60,6 +60,11 @@ class Instance:
     scale_in_protected: bool = False
     #: ``gpusteward.io/exclude-until`` on the instance or group: left alone until then.
     exclude_until: datetime | None = None
+    #: Other names the node may go by (provider ID, private DNS name and IP, instance id, a tag),
+    #: tried when the cluster's node name is not ``node`` (see ``policy.instances.match_nodes``).
+    aliases: tuple[str, ...] = ()
+    #: What ``stop`` recorded on the instance or its group for the undo (empty: not stopped by us).
+    recorded: Mapping[str, str] = field(default_factory=dict)
 
     def excluded(self, now: datetime) -> bool:
         return self.protected or (self.exclude_until is not None and now < self.exclude_until)

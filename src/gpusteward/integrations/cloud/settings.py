@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpusteward.integrations.cloud.interruption.settings import InterruptionSettings
+from gpusteward.policy.instance_settings import InstanceSettings
 
 
 class _Section(BaseModel):
@@ -41,4 +42,8 @@ class CloudSettings(_Section):
         "azure (preemption notices from the metadata service only); none: no cloud calls at all.",
     )
     aws: AwsSettings = Field(default_factory=AwsSettings)
+    instances: InstanceSettings = Field(
+        default_factory=InstanceSettings,
+        description="L4 stops of idle GPU nodes' instances (aws only).",
+    )
     interruption: InterruptionSettings = Field(default_factory=InterruptionSettings)
