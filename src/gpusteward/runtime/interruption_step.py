@@ -29,7 +29,7 @@ from gpusteward.domain.cloud import (
     InterruptionWatch,
     NoticeKind,
 )
-from gpusteward.domain.errors import ExecutionError, PreflightFailed
+from gpusteward.domain.errors import ExecutionError, PreflightFailed, SourceError
 from gpusteward.domain.models import (
     ActionStatus,
     Decision,
@@ -40,6 +40,7 @@ from gpusteward.domain.models import (
     Workload,
     WorkloadKind,
 )
+from gpusteward.domain.nodes import NodeControl
 from gpusteward.domain.ports import Clock, Executor, Notifier
 from gpusteward.domain.store_ports import AuditLog, Docs, RunnerStore
 from gpusteward.integrations.cloud.interruption.settings import InterruptionSettings
@@ -162,7 +163,10 @@ class InterruptionStep:
     clock: Clock
     #: Notices being handled, by key, until their deadline has passed.
     active: dict[str, InterruptionNotice] = field(default_factory=dict)
+    #: The system's node switch (cordon, Slurm drain): the node is taken out before the requeue.
+    node_control: NodeControl | None = None
     _seen: set[str] = field(default_factory=set)
+    _drained: set[str] = field(default_factory=set)
     _notify: AfterSignals | None = None
 
     def act(
@@ -276,11 +280,25 @@ class InterruptionStep:
         lead = self.settings.requeue_before_deadline_seconds
         due = notice.deadline is not None and now >= notice.deadline - timedelta(seconds=lead)
         if self.enforce and lead > 0 and due:
+            self._drain(notice, now)
             movable = [w for w in signalled if self.runner.executor_for(w, Level.FORCE)]
             ran += self.runner.run(
                 self._decisions(notice, now, movable, INTERRUPTION_REQUEUE_STEP, Level.FORCE), by_id
             )
         return ran
+
+    def _drain(self, notice: InterruptionNotice, now: datetime) -> None:
+        """Take the node out of scheduling (once) so that nothing requeued lands on it again."""
+        if self.node_control is None or notice.key in self._drained:
+            return
+        self._drained.add(notice.key)
+        try:
+            done = self.node_control.park(notice.node, f"gpusteward: spot interruption {notice.key}", now)
+        except (ExecutionError, SourceError) as e:
+            log.warning("node %s not taken out of scheduling before the requeue: %s", notice.node, e)
+            self.store.audit("interruption.drain", now, None, key=notice.key, node=notice.node, error=str(e))
+            return
+        self.store.audit("interruption.drain", now, None, key=notice.key, node=notice.node, detail=done)
 
     def _audit(
         self, notice: InterruptionNotice, now: datetime, ran: Sequence[ActionResult], took: float
@@ -337,6 +355,7 @@ def build_interruption(
         settings=settings.cloud.interruption,
         enforce=not settings.dry_run,
         clock=clock,
+        node_control=integration.node_control,
     )
     step._notify = notify
     return step

@@ -88,12 +88,21 @@ def test_the_job_is_signalled_at_once_and_requeued_in_enforce(
     assert "SIGUSR1" in signalled.detail
 
     clock.advance(95)  # within requeue_before_deadline_seconds (30) of the deadline
-    steward.tick()
+    try:
+        steward.tick()
+        node = slurm.run("scontrol", "--oneliner", "show", "node", slurm.node).stdout
+    finally:
+        slurm.run("scontrol", "update", f"NodeName={slurm.node}", "State=RESUME", check=False)
     steps = sorted((a.step, a.status) for a in steward.store.actions(workload_id=wid))
     if mode == "dry-run":
         assert steps == [("checkpoint-before-interruption", ActionStatus.SUCCEEDED)]
         assert slurm.state(job) == "RUNNING"
+        assert "DRAIN" not in node
         return
+    # The node was taken out of scheduling first, so the requeued job cannot land on it again.
+    assert re.search(r"State=\S*DRAIN", node), node
+    [drain] = [r for r in steward.store.audit_log(limit=100) if r.event == "interruption.drain"]
+    assert "drained node" in str(drain.payload["detail"])
     assert steps == [
         ("checkpoint-before-interruption", ActionStatus.SUCCEEDED),
         ("requeue-before-interruption", ActionStatus.SUCCEEDED),
