@@ -11,6 +11,7 @@ from urllib.parse import quote, urlencode
 import pytest
 from fastapi.testclient import TestClient
 
+from gpusteward.domain.records import ShowbackAmounts, ShowbackKey
 from gpusteward.web import pages
 from gpusteward.web.auth import LOGIN_CSRF_COOKIE
 
@@ -44,6 +45,7 @@ PAGE_ROUTES = {
     "/settings",
     "/consolidation",
     "/rollout",
+    "/showback",
     "/l/{token}",
 }
 ESCAPED = "&lt;script&gt;window.__xss"
@@ -51,7 +53,12 @@ ESCAPED = "&lt;script&gt;window.__xss"
 
 @pytest.fixture(scope="module")
 def seeded(demo: Demo) -> Seeded:
-    return seed(demo)
+    done = seed(demo)
+    # Showback: a team, an owner and a GPU model from the source, in this month's rows.
+    day = demo.clock.now().date().isoformat()
+    key = ShowbackKey(day, xss("sb-team"), xss("sb-user"), xss("sb-model"), "on-demand", "USD")
+    demo.store.ledger.add({}, {}, showback={key: ShowbackAmounts(2.0, 1.0, 0.5, 0.0, 6.0)})
+    return done
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +85,7 @@ def _pages(s: Seeded) -> list[str]:
         "/consolidation",
         "/rollout",
         "/rollout?status=&scope=" + quote(xss("scope-filter"), safe=""),
+        "/showback",
         s.link,
     ]
 

@@ -136,3 +136,63 @@ def hbar_chart(
             f'<text x="{left + w + 4:.1f}" y="{y + 14}" {_FONT}>{escape(fmt(value))} {escape(unit)}</text>'
         )
     return "\n".join([*parts, "</svg>"])
+
+
+def stacked_bar_chart(
+    categories: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    *,
+    title: str,
+    unit: str = "",
+    width: int = 640,
+    height: int = 260,
+) -> str:
+    """Vertical bars, one per category, each stacked from its series' values (negative ones count
+    as 0), with the category's total in its tooltip and ``data-total``."""
+    names = list(series)
+    if any(len(series[n]) != len(categories) for n in names):
+        raise ValueError("every series needs one value per category")
+    totals = [sum(max(0.0, float(series[n][ci])) for n in names) for ci in range(len(categories))]
+    if not categories or not names or not any(t > 0 for t in totals):
+        return _empty("stacked", title, width, height)
+    left, right, top, bottom = 56, 12, 28 + 14 * ((len(names) - 1) // 4 + 1), 40
+    plot_w, plot_h = width - left - right, height - top - bottom
+    top_value = nice_max(max(totals))
+    parts = _open("stacked", title, width, height)
+    for i in range(6):
+        v = top_value * i / 5
+        y = top + plot_h - plot_h * i / 5
+        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
+        parts.append(
+            f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" {_FONT}>{escape(fmt(v))}</text>'
+        )
+    group = plot_w / len(categories)
+    bar = max(1.0, group * 0.8)
+    label_every = max(1, math.ceil(len(categories) / (plot_w / 48)))
+    for ci, cat in enumerate(categories):
+        x = left + ci * group + group * 0.1
+        base = float(top + plot_h)
+        for si, name in enumerate(names):
+            v = max(0.0, float(series[name][ci]))
+            h = plot_h * v / top_value
+            base -= h
+            tip = f"{cat} · {name}: {fmt(v)} {unit} (of {fmt(totals[ci])})".strip()
+            data = _attrs(
+                data_series=name, data_label=cat, data_value=round(v, 4), data_total=round(totals[ci], 4)
+            )
+            parts.append(
+                f'<rect class="bar" {data} x="{x:.1f}" y="{base:.1f}" width="{bar:.1f}" height="{h:.1f}" '
+                f'fill="{PALETTE[si % len(PALETTE)]}"><title>{escape(tip)}</title></rect>'
+            )
+        if ci % label_every == 0:
+            cx, cy = left + ci * group + group / 2, top + plot_h + 14
+            parts.append(f'<text x="{cx:.1f}" y="{cy}" text-anchor="middle" {_FONT}>{escape(cat)}</text>')
+    for si, name in enumerate(names):  # the legend, four to a line
+        x, y = left + (si % 4) * 140, 22 + 14 * (si // 4)
+        parts.append(f'<rect x="{x}" y="{y}" width="10" height="10" fill="{PALETTE[si % len(PALETTE)]}"/>')
+        parts.append(f'<text x="{x + 14}" y="{y + 9}" {_FONT}>{escape(name)}</text>')
+    if unit:
+        mid = f"{top + plot_h / 2:.1f}"
+        turn = f'transform="rotate(-90 8 {mid})" text-anchor="middle"'
+        parts.append(f'<text x="8" y="{mid}" {_FONT} {turn}>{escape(unit)}</text>')
+    return "\n".join([*parts, "</svg>"])

@@ -26,7 +26,7 @@ from gpusteward.notify.links import LinkSigner
 from gpusteward.runtime.config import Settings
 from gpusteward.store.access import AccessStore
 from gpusteward.store.db import StateStore
-from gpusteward.web import api, fleet_api, pages, rollout_api
+from gpusteward.web import api, fleet_api, pages, rollout_api, showback_api
 from gpusteward.web.auth import Auth, AuthError
 from gpusteward.web.context import WebContext
 from gpusteward.web.limits import BodyLimit
@@ -128,6 +128,7 @@ def create_web_app(
 
     app.include_router(api.router)
     app.include_router(rollout_api.router)
+    app.include_router(showback_api.router)
     app.include_router(fleet_api.router)
     for router in pages.ROUTERS:
         app.include_router(router)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gpusteward.report.charts import bar_chart, hbar_chart
 from gpusteward.report.line_chart import line_chart
-from gpusteward.web.pages import browse, consolidation, controls, links, login, rollout, rules
+from gpusteward.web.pages import browse, consolidation, controls, links, login, rollout, rules, showback
 from gpusteward.web.pages.base import message, render
 
 #: In the order they are included; no two share a path and method.
@@ -21,6 +21,7 @@ ROUTERS = (
     rules.router,
     consolidation.router,
     rollout.router,
+    showback.router,
     links.router,
 )
 
