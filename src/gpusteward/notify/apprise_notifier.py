@@ -137,7 +137,7 @@ class AppriseNotifier:
         if notice.owner is None:
             return s.admins, "admin"
         route = s.owners.get(notice.owner.user) or s.teams.get(notice.owner.team) or s.default
-        return route, "owner"
+        return route, "notice" if notice.workload_id.startswith("budget:") else "owner"  # text complete
 
     def _targets(self, route: Route, notice: Notice) -> list[str]:
         contact = notice.owner.contact if notice.owner else None
