@@ -143,6 +143,8 @@ def test_rbac_is_exactly_what_the_code_calls(api_client: Any, metrics: Any, clus
             ex.execute(d, w)
             ex.verify(d, w)
 
+        serve = ws["k8s:ml/deployment/llm-serve"]  # a spot interruption's checkpoint request (pod patch)
+        assert ex.checkpoint_now(Decision(serve.id, NOW, Level.GRACEFUL_STOP, "x", "spot"), serve).ok
         act("k8s:ml/deployment/llm-serve")
         act("k8s:ml/notebook/alice-nb")
         pdb = cluster.get("policy", "poddisruptionbudgets", "ml", "scratch-pdb")

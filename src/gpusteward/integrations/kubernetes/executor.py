@@ -43,6 +43,7 @@ from gpusteward.integrations.kubernetes.control import (
     rfc3339,
 )
 from gpusteward.integrations.kubernetes.events import EventPoster
+from gpusteward.integrations.kubernetes.interruption import request_checkpoint
 from gpusteward.integrations.kubernetes.podref import pods_of
 from gpusteward.integrations.kubernetes.scale_floor import FLOOR_REF
 
@@ -128,6 +129,19 @@ class KubernetesExecutor:
         if mode == "evict":
             return self._evict(workload)
         raise ExecutionError(f"{workload.id}: {mode} workloads get notices only")
+
+    def checkpoint_now(self, decision: Decision, workload: Workload) -> Outcome:
+        """A spot interruption: the pods' checkpoint annotation (kubernetes/interruption.py)."""
+        self._event(workload, "CheckpointRequested", decision, "Warning")
+        return request_checkpoint(self.api, workload, decision.at, self._call, self.conflict_retries)
+
+    def requeue_now(self, decision: Decision, workload: Workload) -> Outcome:
+        """Near the interruption's deadline: evict the pods (PDBs honoured); their controller
+        starts them again on another node (the node is cordoned first)."""
+        if workload.ref.get("mode") == "notebook":
+            raise PreflightFailed(f"{workload.id} is a notebook: its owner restarts it")
+        self._event(workload, "Evict", decision, "Warning")
+        return self._evict(workload)
 
     def verify(self, decision: Decision, workload: Workload) -> bool:
         """Every pod of the workload is gone (or replaced by another incarnation); a unit scaled to

@@ -138,8 +138,11 @@ class KubeApi:
     def patch(self, res: ResourceLike, namespace: str, name: str, body: Mapping[str, Any]) -> Reply:
         """A JSON merge patch (RFC 7386). ``metadata.resourceVersion`` in it is a precondition (409)."""
         r = Resource(*res)
-        if r == PODS:
-            raise ValueError("gpusteward never patches pods")
+        if r == PODS:  # only a pod's annotations (a spot interruption's checkpoint request)
+            if set(body) != {"metadata"} or set(body["metadata"]) - {"annotations", "resourceVersion"}:
+                raise ValueError("gpusteward patches nothing of a pod but its annotations")
+            what = f"annotate pod {namespace}/{name}"
+            return self._call(what, self.core.patch_namespaced_pod, name, namespace, dict(body))
         return self._call(
             f"patch {r.plural} {namespace}/{name}",
             self.custom.patch_namespaced_custom_object,
