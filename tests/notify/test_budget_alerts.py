@@ -13,12 +13,15 @@ import pytest
 
 from gpusteward.analysis.budgets import BudgetSettings, TeamBudget
 from gpusteward.analysis.showback import ShowbackSettings
+from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.records import ShowbackAmounts, ShowbackKey
 from gpusteward.notify.apprise_notifier import AppriseNotifier
+from gpusteward.notify.basic import MemoryNotifier
 from gpusteward.notify.settings import NotifySettings
 from gpusteward.notify.throttle import ThrottledNotifier
 from gpusteward.policy.settings import NoticeSettings
-from gpusteward.runtime.showback_step import ALERTS_DOC, ShowbackStep
+from gpusteward.runtime.config import load_settings
+from gpusteward.runtime.showback_step import ALERTS_DOC, ShowbackStep, build_showback
 from gpusteward.store.db import StateStore
 
 from .conftest import Receiver
@@ -105,3 +108,25 @@ def test_an_ended_month_with_rows_is_closed_after_the_days_set(store: StateStore
     assert s.close_due(datetime(2026, 12, 4, 0, 1, tzinfo=UTC)) == ["2026-11"]
     assert set(store.ledger.closed_months()) == {"2026-10", "2026-11"}
     assert s.close_due(datetime(2027, 3, 1, tzinfo=UTC)) == []  # months without rows stay open
+
+
+def test_the_step_is_built_from_the_config_and_bad_budgets_name_the_line(
+    store: StateStore, tmp_path: Path
+) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "cost: {currency: EUR}\nweb: {base_url: 'https://gpus.example.org/'}\n"
+        "showback: {close_after_days: 2}\n"
+        "budgets:\n  teams:\n    vision: {amount: 5000, alert_shares: [0.9, 0.5]}\n"
+    )
+    built = build_showback(load_settings(good), store, MemoryNotifier())
+    assert (built.currency, built.web_url, built.showback.close_after_days) == (
+        "EUR",
+        "https://gpus.example.org",
+        2,
+    )
+    assert built.budgets.teams["vision"].alert_shares == [0.5, 0.9]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("budgets:\n  teams:\n    vision:\n      amount: 5000\n      unit: dollars\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml:5: budgets\.teams\.vision\.unit"):
+        load_settings(bad)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpusteward.analysis import budgets as budget_figures
 from gpusteward.analysis.budgets import BudgetSettings, BudgetStatus, TeamBudget
@@ -32,6 +32,9 @@ from gpusteward.domain.records import AuditNote
 from gpusteward.domain.store_ports import Docs, HasLedger, NoticeLog
 from gpusteward.notify.apprise_notifier import Templates
 from gpusteward.notify.settings import NotifySettings
+
+if TYPE_CHECKING:
+    from gpusteward.runtime.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -161,3 +164,16 @@ class ShowbackStep:
             note = AuditNote("showback.budget_alerts", {"month": month, "teams": sorted(sent_this_month)})
             self.store.save_doc(ALERTS_DOC, keep, at=now, audit=note)
         return out
+
+
+def build_showback(settings: Settings, store: ShowbackStore, notifier: Notifier) -> ShowbackStep:
+    """The step from the config: its sections, the notify routes, the web's link base."""
+    return ShowbackStep(
+        store,
+        notifier,
+        showback=settings.showback,
+        budgets=settings.budgets,
+        notify=settings.notify,
+        currency=settings.cost.currency,
+        web_url=settings.web.base_url.rstrip("/") if settings.web.base_url else "",
+    )
