@@ -23,6 +23,7 @@ from gpusteward.domain.models import ApprovalStatus, Level, Notice
 from gpusteward.domain.store_ports import TickStore
 from gpusteward.notify.links import LinkSigner
 from gpusteward.notify.settings import NotifySettings, Route
+from gpusteward.notify.templates import interruption_context, is_interruption
 from gpusteward.policy.demand import said
 from gpusteward.policy.health import health_of
 from gpusteward.policy.settings import PolicySettings
@@ -137,6 +138,8 @@ class AppriseNotifier:
         if notice.owner is None:
             return s.admins, "admin"
         route = s.owners.get(notice.owner.user) or s.teams.get(notice.owner.team) or s.default
+        if is_interruption(notice):
+            return route, "interruption"
         return route, "notice" if notice.workload_id.startswith("budget:") else "owner"  # text complete
 
     def _targets(self, route: Route, notice: Notice) -> list[str]:
@@ -237,6 +240,7 @@ class AppriseNotifier:
             #: The workload's GPU failed: the notice explains, it never threatens a stop.
             "fault": False,
         }
+        ctx.update(interruption_context(notice) if is_interruption(notice) else {})
         if self.store is None:
             return ctx
         info = self.store.workload_info(notice.workload_id)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+from gpusteward.domain.cloud import INTERRUPTION_CHECKPOINT_STEP
 from gpusteward.domain.models import Decision, Level, Notice, Workload
 
 _WHAT = {
@@ -24,11 +28,39 @@ _ADVICE_NOTE = (
 )
 
 
+#: A spot interruption's steps (runtime/interruption_step.py): the checkpoint and the requeue.
+_INTERRUPTION_STEPS = (INTERRUPTION_CHECKPOINT_STEP, "requeue-before-interruption")
+_INTERRUPTION_NOTE = (
+    "gpusteward does not stop this workload: the cloud takes the node at the time above. A workload "
+    "that saves on its checkpoint signal (gpusteward.io/checkpoint-signal) keeps its progress."
+)
+
+
+def is_interruption(notice: Notice) -> bool:
+    """A notice of a spot interruption's step (its key starts with the step's name)."""
+    return notice.dedup_key.startswith(tuple(f"{s}:" for s in _INTERRUPTION_STEPS))
+
+
+def interruption_context(notice: Notice) -> dict[str, Any]:
+    """What the interruption templates show besides the notice: its reason, the deadline, the step."""
+    parts = notice.body.split("\n\n")
+    reason = parts[1] if len(parts) > 1 else notice.body
+    deadline = re.search(r"\bat (\d\d:\d\d:\d\d UTC)", reason)
+    return {
+        "reason": reason,
+        "deadline": deadline.group(1) if deadline else "",
+        "requeue": notice.dedup_key.startswith(f"{_INTERRUPTION_STEPS[1]}:"),
+    }
+
+
 def notice_for(decision: Decision, workload: Workload, *, dry_run: bool) -> Notice:
     """A notice to the workload's owner about ``decision``."""
     prefix = "[dry-run] " if dry_run else ""
     advice = decision.step == "advice"
+    interruption = decision.step in _INTERRUPTION_STEPS
     what = "Advice" if advice else _WHAT.get(decision.level, "Notice")
+    if interruption:
+        what = "Spot interruption"
     subject = f"{prefix}{what}: {workload.name} ({decision.rule or 'gpu waste'})"
     body = "\n\n".join(
         [
@@ -36,7 +68,7 @@ def notice_for(decision: Decision, workload: Workload, *, dry_run: bool) -> Noti
             decision.reason,
             f"Workload: {workload.kind.value} {workload.name} (id {workload.id}), "
             f"GPUs: {', '.join(decision.gpu_uuids or workload.gpu_uuids)}.",
-            _ADVICE_NOTE if advice else _HOW_TO_OBJECT,
+            _INTERRUPTION_NOTE if interruption else _ADVICE_NOTE if advice else _HOW_TO_OBJECT,
         ]
     )
     return Notice(
