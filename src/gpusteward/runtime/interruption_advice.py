@@ -39,9 +39,11 @@ class InterruptionRecord:
         ran: Sequence[ActionResult],
         workloads: Mapping[str, Workload],
         now: datetime,
-    ) -> None:
-        """Count one interruption for each workload in ``ran``, and whether it got its signal."""
+    ) -> list[str]:
+        """Count one interruption for each workload in ``ran``, and whether it got its signal;
+        returns the advice lines of workloads that reached ``ADVISE_AFTER`` just now."""
         doc = self.counts()
+        crossed = []
         for r in ran:
             w = workloads.get(r.decision.workload_id)
             if w is None:
@@ -53,9 +55,12 @@ class InterruptionRecord:
             entry["last"] = now.isoformat()
             entry["last_node"] = notice.node
             doc[workload_key(w)] = entry
+            if entry["interrupted"] == ADVISE_AFTER and entry["checkpointed"] == 0:
+                crossed.append(advice_line(workload_key(w), ADVISE_AFTER))
         if len(doc) > _KEEP:  # the most recently interrupted ones
             doc = dict(sorted(doc.items(), key=lambda kv: str(kv[1].get("last", "")))[-_KEEP:])
         self.store.save_doc(DOC_KEY, doc, at=now)
+        return crossed
 
     def advice(self, *, after: int = ADVISE_AFTER) -> list[str]:
         """One line per workload interrupted at least ``after`` times that never checkpointed."""
@@ -63,9 +68,13 @@ class InterruptionRecord:
         for key, entry in sorted(self.counts().items()):
             n, saved = int(entry.get("interrupted", 0)), int(entry.get("checkpointed", 0))
             if n >= after and saved == 0:
-                lines.append(
-                    f"{key}: interrupted {n} times on spot nodes and never checkpointed; give it a "
-                    "checkpoint signal (gpusteward.io/checkpoint-signal or GPUSTEWARD_CHECKPOINT_SIGNAL) "
-                    "or run it on on-demand nodes"
-                )
+                lines.append(advice_line(key, n))
         return lines
+
+
+def advice_line(key: str, interrupted: int) -> str:
+    return (
+        f"{key}: interrupted {interrupted} times on spot nodes and never checkpointed; give it a "
+        "checkpoint signal (gpusteward.io/checkpoint-signal or GPUSTEWARD_CHECKPOINT_SIGNAL) "
+        "or run it on on-demand nodes"
+    )

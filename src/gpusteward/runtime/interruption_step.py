@@ -276,7 +276,9 @@ class InterruptionStep:
         took = self.clock.monotonic() - started
         if ran:
             self._audit(notice, now, ran, took)
-            InterruptionRecord(self.store).add(notice, ran, by_id, now)
+            for line in InterruptionRecord(self.store).add(notice, ran, by_id, now):
+                log.warning("advice: %s", line)  # also in `gpusteward audit`
+                self.store.audit("interruption.advice", now, None, advice=line)
         lead = self.settings.requeue_before_deadline_seconds
         due = notice.deadline is not None and now >= notice.deadline - timedelta(seconds=lead)
         if self.enforce and lead > 0 and due:
