@@ -291,7 +291,7 @@ class InterruptionStep:
 
     def _drain(self, notice: InterruptionNotice, now: datetime) -> None:
         """Take the node out of scheduling (once) so that nothing requeued lands on it again."""
-        if self.node_control is None or notice.key in self._drained:
+        if self.node_control is None or notice.key in self._drained or self.store.is_paused():
             return
         self._drained.add(notice.key)
         try:
