@@ -99,8 +99,11 @@ def test_teams_add_up_to_the_cluster(pages: dict[str, Page]) -> None:
 
 def test_charts_exist_and_draw_the_ledgers_numbers(pages: dict[str, Page], state: StateStore) -> None:
     page = pages["cluster"]
-    assert len(page.svgs) == 4  # per day, top wasters, by kind, efficiency
-    daily, wasters, kinds, efficiency = page.svgs
+    assert len(page.svgs) == 5  # per day, top wasters, by kind, efficiency, the showback's cost per day
+    daily, wasters, kinds, efficiency, showback = page.svgs
+    held = LedgerStore(state).showback(date(2025, 2, 26), date(2025, 3, 5))
+    drawn_cost = sum(float(b["data-value"]) for b in showback)
+    assert drawn_cost == pytest.approx(sum(r.amounts.spend + r.amounts.power_cost for r in held), abs=0.01)
     per_day: dict[str, float] = defaultdict(float)
     for r in LedgerStore(state).daily(date(2025, 2, 26), date(2025, 3, 5)):
         per_day[r.key.day[5:]] += r.amounts.waste_cost

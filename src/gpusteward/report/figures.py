@@ -17,6 +17,7 @@ from gpusteward.report.consolidation import ConsolidationSection
 from gpusteward.report.faults import FaultSection
 from gpusteward.report.insight_rows import InsightRow
 from gpusteward.report.queue import QueueSection
+from gpusteward.report.showback import ShowbackSection
 from gpusteward.store.ledger import DailyRow, LedgerStore, StopRow, UsageRow
 
 #: Efficiency buckets: 0-10 %, 10-20 % ... 90-100 % of held GPU-hours that were busy.
@@ -95,6 +96,8 @@ class ReportData:
     queue: QueueSection | None = None
     #: The live safety figures (``RolloutBook.safety``), cluster page only; None: no section.
     safety: dict[str, Any] | None = None
+    #: Per team (cluster) or owner (team page) held, used, wasted, reclaimed and spend (report/showback.py).
+    showback: ShowbackSection | None = None
 
     @property
     def efficiency_pct(self) -> float | None:

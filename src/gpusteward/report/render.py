@@ -24,6 +24,7 @@ from gpusteward.report.faults import gather_faults
 from gpusteward.report.figures import BUCKETS, ReportData, gather
 from gpusteward.report.insight_rows import gather_insights
 from gpusteward.report.queue import duration, gather_queue
+from gpusteward.report.showback import gather_showback
 from gpusteward.runtime.rollout import RolloutBook
 from gpusteward.store.db import StateStore
 from gpusteward.store.files import ensure_folder, write_text
@@ -57,6 +58,7 @@ def charts(data: ReportData) -> dict[str, Markup]:
     c = data.currency
     plan = data.consolidation.chart() if data.consolidation is not None else ""
     return {
+        "showback": _svg(data.showback.chart(c) if data.showback is not None else ""),
         "consolidation": _svg(plan),
         "daily": _svg(
             bar_chart(
@@ -155,6 +157,7 @@ def write_reports(
     cluster.consolidation = gather_consolidation(store, consolidation)
     cluster.faults = gather_faults(store, start, stop)
     cluster.queue = gather_queue(store, start, stop)
+    cluster.showback = gather_showback(ledger, start, stop)
     if policy is not None:
         cluster.safety = RolloutBook(store, policy).safety()
     ensure_folder(out)
@@ -166,6 +169,7 @@ def write_reports(
         data.insights = gather_insights(store, start, stop, team=team)
         data.consolidation = gather_consolidation(store, consolidation, team=team)
         data.faults = gather_faults(store, start, stop, team=team)
+        data.showback = gather_showback(ledger, start, stop, team=team)
         write_text(out / name, render(data))
         written.append(Written(team, out / name))
     write_text(out / "index.html", render(cluster, links=links))
