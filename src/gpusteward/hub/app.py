@@ -41,6 +41,7 @@ def _charts(
         return [views.finite(r[key]) for r in rows]
 
     labels, util = views.util_series(store, names, now, span=views.chart_span(settings, store, now))
+    queue = {"started": col("queue_p50_h"), "waiting": col("waiting_p50_h")}
     return {
         "util": svg(line_chart(labels, util, title="Utilisation per cluster", unit="%", y_max=100)),
         "gpus": svg(
@@ -48,7 +49,9 @@ def _charts(
         ),
         "waste": svg(bar_chart(names, {"waste / h": col("waste_cost_per_hour")}, title="Waste per hour")),
         "saved": svg(bar_chart(names, {"saved": col("saved_cost_to_date")}, title="Savings to date")),
-        "queue": svg(bar_chart(names, {"p50 h": col("queue_p50_h")}, title="Queue time p50 (h)")),
+        "queue": svg(
+            bar_chart(names, queue, title="Queue time p50 (h): started in the last hour, still waiting")
+        ),
     }
 
 

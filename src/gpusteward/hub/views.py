@@ -9,6 +9,7 @@ pulled has no figures (None), never zeros.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -45,6 +46,14 @@ def member_row(
     }
 
 
+def waiting_p50_h(fleet: dict[str, Any]) -> float | None:
+    """The median wait so far of the jobs waiting for GPUs at the last pull (None: no queue read)."""
+    if not fleet.get("queue_read"):
+        return None
+    waits = [float(j["waited_s"]) for j in fleet.get("waiting", []) if j.get("waits_for_gpus")]
+    return round(statistics.median(waits) / 3600, 2) if waits else 0.0
+
+
 def _last_util(ov: dict[str, Any]) -> float | None:
     pcts = [u.get("pct") for u in ov.get("utilisation", []) if isinstance(u, dict)]
     return next((float(v) for v in reversed(pcts) if v is not None), None)
@@ -69,7 +78,9 @@ def cluster_rows(settings: HubSettings, store: HubStore, now: datetime) -> list[
         row["queue_p50_h"] = (
             None if not queue or queue.get("p50_s") is None else round(queue["p50_s"] / 3600, 2)
         )
-        models = fleets[member.name][1].get("models", []) if member.name in fleets else []
+        fleet = fleets[member.name][1] if member.name in fleets else {}
+        models = fleet.get("models", [])
+        row["waiting_p50_h"] = waiting_p50_h(fleet)
         row["free_gpus"] = sum(int(m.get("free_gpus", 0)) for m in models) if models else None
         health = (ov.get("health") or {}).get("counts") or {}
         row["health"] = health
