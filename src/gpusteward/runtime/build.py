@@ -19,6 +19,7 @@ from gpusteward.runtime.consolidation_step import build_consolidation
 from gpusteward.runtime.gap_history import build_gap_history
 from gpusteward.runtime.health_step import build_health
 from gpusteward.runtime.insights import build_insights
+from gpusteward.runtime.instance_step import build_instance_step
 from gpusteward.runtime.interruption_step import build_interruption
 from gpusteward.runtime.loop import Steward
 from gpusteward.runtime.notify_wiring import build_notifier
@@ -82,12 +83,14 @@ def build_steward(
     parking = build_parking(settings, integration, tide)
     consolidation = build_consolidation(settings, integration)
     health = build_health(settings, integration)
+    instances = build_instance_step(settings, integration)
     # One runner for every step: the integration's executors, the node parking (and drains of failed
     # GPUs' nodes, through the same node control) and pool scaling.
     executors = [
         *integration.executors,
         *(parking.executors(clock) if parking is not None else health.executors(clock)),
         *(tide.executors() if tide is not None else ()),
+        *(instances.executors(clock) if instances is not None else ()),
     ]
     runner = ActionRunner(
         store,
@@ -122,6 +125,7 @@ def build_steward(
     steward.parking = parking
     steward.consolidation = consolidation
     steward.health = health
+    steward.instances = instances
     steward.interruptions = build_interruption(settings, integration, store, runner.notifier, clock)
     steward.leadership = build_leadership(settings, store, integration)
     steward.guard_clock_jumps = guard_clock_jumps

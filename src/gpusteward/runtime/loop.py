@@ -52,6 +52,7 @@ from gpusteward.runtime.gap_history import GapHistory
 from gpusteward.runtime.health_step import HealthStep
 from gpusteward.runtime.infra_plans import infra_plans
 from gpusteward.runtime.insights import Insights
+from gpusteward.runtime.instance_step import InstanceStep
 from gpusteward.runtime.interruption_step import InterruptionStep
 from gpusteward.runtime.ledger_recorder import LedgerRecorder
 from gpusteward.runtime.logs import log_context, new_tick_id, tick_id
@@ -107,6 +108,8 @@ class Steward:
     consolidation: ConsolidationStep | None = None
     #: GPU health per GPU for the report, and drains of failed GPUs' nodes (L4): runtime/health_step.py.
     health: HealthStep | None = None
+    #: L4 stops of idle nodes' cloud instances: runtime/instance_step.py.
+    instances: InstanceStep | None = None
     #: Roll-out scopes' stages into the plan; stops, false kills, reclaim counts: runtime/rollout_step.py.
     rollout: RolloutStep | None = None
     #: Spot interruption notices → checkpoint signals on the node: runtime/interruption_step.py.
@@ -210,9 +213,7 @@ class Steward:
             self.store.remember_workloads(list(workloads.values()), now)
         # 4. Plan: every change is a Decision (ladder steps, parks and unparks, pool scales).
         paused = self.store.is_paused()
-        infra, targets = infra_plans(
-            self.store, now, paused, self.parking, self.tide, self.health, self.policy.approval
-        )
+        infra, targets = infra_plans(self.store, now, paused, self, self.policy.approval)
         if self.consolidation is not None:  # one move (or rollback) at most; its workload is running
             infra += self.consolidation.plan(now, workloads, paused)
         ladders = plan_ladders(
@@ -259,7 +260,8 @@ class Steward:
         if self.gaps is not None:
             self.gaps.update(self.window.view(now), list(self.workloads.values()), now)
         analysis = self.analyse(now)
-        if all(s is None for s in (self.insights, self.tide, self.parking, self.consolidation)):
+        steps = (self.insights, self.tide, self.parking, self.consolidation, self.instances)
+        if all(s is None for s in steps):
             return analysis
         view = self.window.view(now)
         workloads = list(self.workloads.values())
@@ -275,6 +277,8 @@ class Steward:
             self.parking.observe(now, view, self.gpus, self.workloads)
         if self.consolidation is not None:
             self.consolidation.observe(now, view, self.gpus, self.workloads)
+        if self.instances is not None:
+            self.instances.observe(now, view, self.gpus, self.workloads)
         return analysis
 
     def _record(

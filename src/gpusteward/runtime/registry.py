@@ -14,6 +14,7 @@ from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.integration import BuildContext, Integration
 from gpusteward.domain.ports import Clock, Leadership, Source
 from gpusteward.domain.store_ports import TickStore
+from gpusteward.integrations.cloud import build as cloud
 from gpusteward.integrations.cloud.interruption.build import build_watch
 from gpusteward.integrations.kubernetes import build as kubernetes
 from gpusteward.integrations.nvml import build as nvml
@@ -70,7 +71,10 @@ def build_integration(settings: Settings, clock: Clock, name: str | None = None)
     joined = getattr(cfg, "metrics", None)
     if isinstance(joined, str):
         metrics = metric_source(settings, clock, joined, f"source.{name}.metrics")
-    integration = build(cfg, build_context(settings, clock, metrics=metrics))
+    ctx = build_context(settings, clock, metrics=metrics)
+    integration = build(cfg, ctx)
+    if integration.instances is None:  # the cloud under the nodes (cloud.provider), if any
+        integration.instances = cloud.build(settings.cloud, ctx, prices=settings.cost).instances
     if integration.interruptions is None:  # spot notices (cloud.interruption); a node agent's own too
         node, instances = getattr(cfg, "node", None), integration.instances
         integration.interruptions = build_watch(settings.cloud, clock, node=node, instances=instances)
