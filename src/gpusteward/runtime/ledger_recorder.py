@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from typing import Any, Protocol
 
 from gpusteward.analysis.cost import PriceTable
@@ -57,6 +58,7 @@ _SAVED = "saved:"
 _KEEP_DONE = timedelta(days=7)
 _NOBODY = Owner("(unallocated)")
 _UNKNOWN_MODEL = "unknown"
+_SAMPLE_FIELDS = attrgetter("gpu_uuid", "at", "gpu_util_pct", "power_w")
 # Showback amounts in a pending list, in ShowbackAmounts' field order.
 _HELD, _USED, _WASTED, _RECLAIMED, _SPEND, _KWH, _POWER_COST = range(7)
 
@@ -139,12 +141,16 @@ class LedgerRecorder:
             for i, v in enumerate(amounts):
                 acc[i] += v
 
-    def _show(self, day: str, owner: Owner, model: str, at: int, amount: float) -> None:
+    def _acc(self, day: str, owner: Owner, model: str) -> list[float]:
+        """The pending showback amounts of (day, owner, model) at the configured rate."""
         key = ShowbackKey(day, owner.team, owner.user, model, self.prices.rate, self.prices.currency)
         acc = self._showback.get(key)
         if acc is None:
             acc = self._showback[key] = [0.0] * 7
-        acc[at] += amount
+        return acc
+
+    def _show(self, day: str, owner: Owner, model: str, at: int, amount: float) -> None:
+        self._acc(day, owner, model)[at] += amount
 
     def _model(self, uuid: str, gpus: Mapping[str, Gpu]) -> str:
         gpu = gpus.get(uuid)
@@ -320,19 +326,46 @@ class LedgerRecorder:
         hours = min(max(0.0, (now - self._prev_at).total_seconds()), self.max_gap_s) / 3600
         if hours <= 0:
             return
-        holder = {uuid: w.owner for w in workloads.values() for uuid in w.gpu_uuids}
-        day = day_key(now)
-        for s in obs.samples:
-            if s.gpu_util_pct is None or s.at <= self._prev_at:
+        # Owners by number (an int hashes in C, an Owner in Python): a tick sees 10,000s of GPUs.
+        owners: list[Owner] = [_NOBODY]
+        number: dict[tuple[str, str], int] = {(_NOBODY.user, _NOBODY.team): 0}
+        holder: dict[str, int] = {}
+        for w in workloads.values():
+            n = number.setdefault((w.owner.user, w.owner.team), len(owners))
+            if n == len(owners):
+                owners.append(w.owner)
+            holder.update(dict.fromkeys(w.gpu_uuids, n))
+        prev, find, default_price = self._prev_at, gpus.get, self.prices.default_per_hour
+        # Sums per (owner, model) first, multiplied by the hours once.
+        sums: dict[tuple[int, str], list[float]] = {}
+        for uuid, at, util, power in map(_SAMPLE_FIELDS, obs.samples):
+            if util is None or at <= prev:
                 continue  # no data this tick is not use
-            owner, model = holder.get(s.gpu_uuid, _NOBODY), self._model(s.gpu_uuid, gpus)
-            self._show(day, owner, model, _HELD, hours)
-            self._show(day, owner, model, _USED, min(100.0, max(0.0, s.gpu_util_pct)) / 100 * hours)
-            self._show(day, owner, model, _SPEND, hours * self._price(s.gpu_uuid, gpus))
-            if s.power_w is not None:
-                kwh = s.power_w / 1000 * hours
-                self._show(day, owner, model, _KWH, kwh)
-                self._show(day, owner, model, _POWER_COST, self.prices.energy_cost(kwh))
+            gpu = find(uuid)
+            if gpu is None:
+                model, price = _UNKNOWN_MODEL, default_price
+            else:
+                model, price = gpu.model or _UNKNOWN_MODEL, gpu.price_per_hour
+                if price <= 0:
+                    price = self.prices.price_for(gpu.model)
+            key = (holder.get(uuid, 0), model)
+            acc = sums.get(key)
+            if acc is None:
+                acc = sums[key] = [0.0, 0.0, 0.0, 0.0]
+            acc[0] += 1.0
+            acc[1] += 0.0 if util < 0 else 100.0 if util > 100 else util
+            acc[2] += price
+            if power is not None:
+                acc[3] += power
+        day = day_key(now)
+        for (who, model), (count, util_sum, price_sum, watts) in sums.items():
+            out = self._acc(day, owners[who], model)
+            out[_HELD] += count * hours
+            out[_USED] += util_sum / 100 * hours
+            out[_SPEND] += price_sum * hours
+            kwh = watts / 1000 * hours
+            out[_KWH] += kwh
+            out[_POWER_COST] += self.prices.energy_cost(kwh)
 
     def _marks(self) -> tuple[list[Mark], set[str]]:
         """The dirty marks to save, and the finished ones old enough to forget."""
