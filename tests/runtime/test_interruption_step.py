@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from gpusteward.domain.cloud import INTERRUPTION_CHECKPOINT_STEP
 from gpusteward.domain.integration import Integration
-from gpusteward.domain.models import ActionStatus
+from gpusteward.domain.models import ActionStatus, Decision, Level
 from gpusteward.integrations.cloud.interruption.build import build_watch
 from gpusteward.integrations.cloud.interruption.emulator import MetadataEmulator
 from gpusteward.integrations.nvml.build import build as build_nvml
@@ -285,3 +286,23 @@ def test_the_registry_attaches_the_watch_from_cloud_settings(md: MetadataEmulato
     assert watched.interruptions is not None
     off: Integration = build_integration(load_settings(None, source={"name": "prometheus"}), clock)
     assert off.interruptions is None
+
+
+def test_a_checkpoint_a_crash_left_unfinished_is_never_resumed_as_a_stop(
+    make_steward: MakeSteward, children: Children
+) -> None:
+    child, base = children.start("GPU-0")
+    steward, store, _, clock = make_steward(mode="enforce")
+    wid = f"process:{NODE}:{child.pid}"
+    left = Decision(
+        wid, clock.now(), Level.GRACEFUL_STOP, INTERRUPTION_CHECKPOINT_STEP, "spot", idempotency_key="k"
+    )
+    action = store.plan_action(left, dry_run=False, at=clock.now())
+    assert action is not None
+    store.start_action(action.id, clock.now())  # the agent died here
+    steward.tick()
+    [settled] = store.actions(limit=10)
+    assert settled.status is ActionStatus.SKIPPED
+    assert settled.detail == "interrupted by a restart; not repeated"
+    assert child.poll() is None
+    assert not Path(f"{base}.ckpt").exists()

@@ -42,6 +42,7 @@ from gpusteward.domain.models import (
 )
 from gpusteward.domain.nodes import NodeControl
 from gpusteward.domain.ports import Clock, Executor, Notifier
+from gpusteward.domain.records import AuditNote
 from gpusteward.domain.store_ports import AuditLog, Docs, RunnerStore
 from gpusteward.integrations.cloud.interruption.settings import InterruptionSettings
 from gpusteward.notify.throttle import ThrottledNotifier
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 
 INTERRUPTION_RULE = "spot-interruption"
 INTERRUPTION_REQUEUE_STEP = "requeue-before-interruption"
+STEPS = frozenset({INTERRUPTION_CHECKPOINT_STEP, INTERRUPTION_REQUEUE_STEP})
 
 
 @runtime_checkable
@@ -89,7 +91,12 @@ class CheckpointExecutor:
         )
 
     def current(self, workload: Workload) -> Workload | None:
-        return self.inner.current(workload)
+        try:
+            return self.inner.current(workload)
+        except PreflightFailed:
+            raise
+        except Exception as e:  # see execute
+            raise PreflightFailed(f"cannot read {workload.id} now, not retried: {e}") from e
 
     def execute(self, decision: Decision, workload: Workload) -> Outcome:
         try:
@@ -97,7 +104,9 @@ class CheckpointExecutor:
                 return self.inner.checkpoint_now(decision, workload)
             if decision.level is Level.FORCE and isinstance(self.inner, Requeuer):
                 return self.inner.requeue_now(decision, workload)
-        except ExecutionError as e:
+        except PreflightFailed:
+            raise
+        except Exception as e:
             # Recorded skipped, never failed: a failed action is retried by the ladder's runner,
             # whose executors would make a stop of it. The deadline does not wait for a retry anyway.
             raise PreflightFailed(f"{decision.step} failed, not retried: {e}") from e
@@ -167,12 +176,14 @@ class InterruptionStep:
     node_control: NodeControl | None = None
     _seen: set[str] = field(default_factory=set)
     _drained: set[str] = field(default_factory=set)
-    _notify: AfterSignals | None = None
+    #: Holds owners' notices until every signal of the tick has gone out.
+    notify: AfterSignals | None = None
 
     def act(
         self, now: datetime, workloads: Mapping[str, Workload], gpus: Mapping[str, Gpu]
     ) -> list[ActionResult]:
         """Poll the watch; signal the workloads of every node under a notice (each once)."""
+        self._settle_orphans(now)
         try:
             notices = self.watch.poll(now)
         except Exception:  # a watch must never fail the tick
@@ -186,9 +197,18 @@ class InterruptionStep:
                 del self.active[key]
                 continue
             results += self._handle(notice, now, workloads, gpus)
-        if self._notify is not None:
-            self._notify.flush()
+        if self.notify is not None:
+            self.notify.flush()
         return results
+
+    def _settle_orphans(self, now: datetime) -> None:
+        """This step's actions a crash left planned or executing are finished as skipped, never
+        resumed: the ladder's reconciler would resume them with its own executors, as a stop."""
+        for a in self.store.unfinished_actions(dry_run=False):
+            if a.step in STEPS:
+                detail = "interrupted by a restart; not repeated"
+                note = AuditNote("action.skipped", {"key": a.idempotency_key, "detail": detail})
+                self.store.finish_action(a.id, ActionStatus.SKIPPED, detail, now, audit=note)
 
     def _take(self, notice: InterruptionNotice, now: datetime) -> None:
         if notice.key in self._seen:
@@ -350,7 +370,7 @@ def build_interruption(
         dry_run=False,  # see the module's docstring: a checkpoint before the instance goes protects work
         approval=None,
     )
-    step = InterruptionStep(
+    return InterruptionStep(
         watch=watch,
         runner=runner,
         store=store,
@@ -358,6 +378,5 @@ def build_interruption(
         enforce=not settings.dry_run,
         clock=clock,
         node_control=integration.node_control,
+        notify=notify,
     )
-    step._notify = notify
-    return step
