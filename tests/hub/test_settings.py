@@ -67,3 +67,17 @@ def test_hub_check_exits_2_on_a_bad_config(tmp_path: Path) -> None:
     got = CliRunner().invoke(app, ["hub", "check", "-c", str(path)])
     assert got.exit_code == 2
     assert "needs PostgreSQL" in got.output
+
+
+def test_the_shipped_example_loads() -> None:
+    example = Path(__file__).parents[2] / "examples" / "hub.yaml"
+    s = load_hub_settings(example)
+    assert [m.name for m in s.members] == ["alpha", "beta"]
+    assert s.members[1].pages_url == "https://gpusteward.beta.example"
+
+
+def test_the_error_names_file_line_and_key(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD.replace("    teams: [nlp, vision]", "    teamz: [nlp]"))
+    with pytest.raises(ConfigError) as e:
+        load_hub_settings(path)
+    assert str(e.value) == f"{path}:7: members.0.teamz: unknown key (check the spelling)"
