@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import create_engine, inspect
 from tests.conftest import PG_SERVER
 from tests.hub.conftest import hub_settings
@@ -126,3 +127,31 @@ def test_only_the_leader_pulls(member: tuple[Demo, str], hub_store: HubStore) ->
     finally:
         first.leadership.release()
         second.leadership.release()
+
+
+def test_a_member_answering_nonsense_is_a_failure_and_nothing_is_written(hub_store: HubStore) -> None:
+    """A loopback server that answers like a broken member: actions without ids."""
+    odd = FastAPI()
+
+    @odd.get("/api/v1/overview")
+    def overview() -> dict[str, Any]:
+        return {"cluster": "odd", "gpus": 4}
+
+    @odd.get("/api/v1/findings")
+    def findings() -> list[Any]:
+        return []
+
+    @odd.get("/api/v1/actions")
+    def actions() -> list[Any]:
+        return [{"level": "L1"}]
+
+    server = BackgroundServer(odd, "127.0.0.1", 0)
+    server.start()
+    try:
+        settings = _settings(hub_store.schema, f"http://127.0.0.1:{server.port}", "t")
+        assert not HubPuller(settings, hub_store, AlwaysLeader()).pull_one(settings.members[0])
+    finally:
+        server.stop()
+    state = hub_store.members()["alpha"]
+    assert "answered something unexpected: KeyError" in state.last_error
+    assert hub_store.snapshots("overview") == {}  # nothing of that pull

@@ -32,7 +32,13 @@ def _write(tmp_path: Path, text: str) -> Path:
     return path
 
 
+def _ca(tmp_path: Path) -> None:
+    (tmp_path / "certs").mkdir()
+    (tmp_path / "certs" / "alpha.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+
+
 def test_a_good_file_loads_with_paths_relative_to_it(tmp_path: Path) -> None:
+    _ca(tmp_path)
     s = load_hub_settings(_write(tmp_path, GOOD))
     assert [m.name for m in s.members] == ["alpha", "beta"]
     assert s.members[0].ca_file == tmp_path / "certs" / "alpha.pem"
@@ -50,9 +56,11 @@ def test_a_good_file_loads_with_paths_relative_to_it(tmp_path: Path) -> None:
         (GOOD.replace("    teams: [nlp, vision]", "    teamz: [nlp]"), 7, "unknown key"),
         (GOOD.replace("https://alpha.example:8080", "alpha.example"), 4, "members.0.url"),
         (GOOD + "interval_seconds: 0\n", 11, "interval_seconds"),
+        (GOOD.replace("certs/alpha.pem", "certs/missing.pem"), 6, "members.0.ca_file: no such file"),
     ],
 )
 def test_bad_files_name_the_line(tmp_path: Path, text: str, line: int | None, needle: str) -> None:
+    _ca(tmp_path)
     path = _write(tmp_path, text)
     with pytest.raises(ConfigError) as e:
         load_hub_settings(path)

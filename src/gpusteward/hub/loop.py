@@ -69,7 +69,13 @@ class HubPuller:
             failures = self.store.record_failure(member.name, member.url, at, str(e))
             log.warning("member %s (%s) not pulled (failure %d): %s", member.name, member.url, failures, e)
             return False
-        self.store.record_pull(member.name, member.url, at, got)
+        try:
+            self.store.record_pull(member.name, member.url, at, got)
+        except (KeyError, TypeError, ValueError) as e:  # a field of an unexpected shape: nothing written
+            error = f"the member answered something unexpected: {type(e).__name__}: {e}"
+            self.store.record_failure(member.name, member.url, at, error)
+            log.warning("member %s (%s) not stored: %s", member.name, member.url, error)
+            return False
         remote = str(got.overview.get("cluster") or "")
         if remote and remote != member.name:
             log.warning(
@@ -107,5 +113,7 @@ class HubPuller:
                 self.tick()
             except StoreError as e:
                 log.error("hub store unavailable: %s", e)
+            except Exception:  # the pull thread must not die quietly while the pages go on
+                log.exception("hub pull round failed")
             stop.wait(step)
         self.leadership.release()

@@ -9,6 +9,7 @@ with one line saying what failed; nothing of that pull is stored. Parts an older
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from datetime import date
 from typing import Any
@@ -25,7 +26,12 @@ class PullError(Exception):
 
 
 def client_for(member: MemberSettings, timeout_s: float) -> httpx.Client:
-    verify: bool | str = str(member.ca_file) if member.ca_file is not None else member.verify_tls
+    verify: bool | ssl.SSLContext = member.verify_tls
+    if member.ca_file is not None:
+        try:
+            verify = ssl.create_default_context(cafile=str(member.ca_file))
+        except (OSError, ssl.SSLError) as e:
+            raise PullError(f"ca_file {member.ca_file}: {e}") from e
     return httpx.Client(
         base_url=member.url.rstrip("/"),
         headers={
@@ -93,6 +99,16 @@ def months_to_pull(today: date) -> list[str]:
 def pull_member(
     client: httpx.Client, *, newest_action_id: int | None, page_size: int, max_pages: int, today: date
 ) -> Pulled:
+    """Everything the hub keeps of one member; a ``PullError`` when it cannot be read."""
+    try:
+        return _pull(client, newest_action_id, page_size, max_pages, today)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise PullError(f"the member answered something unexpected: {type(e).__name__}: {e}") from e
+
+
+def _pull(
+    client: httpx.Client, newest_action_id: int | None, page_size: int, max_pages: int, today: date
+) -> Pulled:
     overview = get_json(client, "/api/v1/overview")
     if not isinstance(overview, dict):
         raise PullError("GET /api/v1/overview: expected a JSON object")
@@ -116,12 +132,17 @@ def pull_member(
     fleet = optional_json(client, "/api/v1/fleet")
     rollout = optional_json(client, "/api/v1/rollout")
     settings = optional_json(client, "/api/v1/settings")
+    for row in (*findings, *new_actions):
+        int(row["id"])  # the store keys them by id
+    if isinstance(fleet, dict):
+        for m in fleet.get("models", []):
+            int(m["gpus"]), int(m["free_gpus"]), int(m["idle_gpus"]), str(m["model"])
     return Pulled(
         overview=overview,
         fleet=fleet if isinstance(fleet, dict) else None,
         rollout=rollout if isinstance(rollout, list) else None,
         settings=settings if isinstance(settings, dict) else None,
-        findings=[f for f in findings if isinstance(f, dict) and "id" in f],
-        new_actions=[a for a in new_actions if isinstance(a, dict)],
+        findings=findings,
+        new_actions=new_actions,
         showback=showback,
     )

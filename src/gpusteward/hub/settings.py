@@ -163,7 +163,10 @@ def load_hub_settings(path: str | Path, **overrides: Any) -> HubSettings:
     except ValidationError as e:
         raise config_error(e, doc) from e
     base = Path(path).parent
-    for m in settings.members:
+    for k, m in enumerate(settings.members):
         if m.ca_file is not None and not m.ca_file.is_absolute():
             m.ca_file = base / m.ca_file
+        if m.ca_file is not None and not m.ca_file.is_file():
+            where = doc.line_of(("members", k, "ca_file"))
+            raise ConfigError(f"members.{k}.ca_file: no such file {m.ca_file}", path=doc.path, line=where)
     return settings
