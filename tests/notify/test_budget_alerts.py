@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from gpusteward.analysis.budgets import BudgetSettings, TeamBudget
 from gpusteward.analysis.showback import ShowbackSettings
@@ -130,3 +131,19 @@ def test_the_step_is_built_from_the_config_and_bad_budgets_name_the_line(
     bad.write_text("budgets:\n  teams:\n    vision:\n      amount: 5000\n      unit: dollars\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml:5: budgets\.teams\.vision\.unit"):
         load_settings(bad)
+
+
+def test_a_store_that_fails_is_logged_and_tried_again(
+    store: StateStore, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    spend(store, "2026-11-01", "vision", 550.0)
+    s = step(store, receiver)
+    with store.transaction("rename") as conn:  # the table goes away under the agent: reads fail
+        conn.execute(text("ALTER TABLE ledger_closed_months RENAME TO away"))
+    assert s.run(NOV3) == []
+    assert "budgets not checked" in caplog.text
+    assert receiver.requests == []
+    with store.transaction("rename back") as conn:
+        conn.execute(text("ALTER TABLE away RENAME TO ledger_closed_months"))
+    # Not held back by the check interval: the next tick tries again.
+    assert [n.dedup_key for n in s.run(NOV3.replace(minute=1))] == ["budget:vision:2026-11:0.5"]

@@ -28,6 +28,7 @@ from gpusteward.runtime.queues import QueueReader
 from gpusteward.runtime.registry import build_integration, build_leadership
 from gpusteward.runtime.rollout_step import RolloutStep
 from gpusteward.runtime.runner import ActionRunner
+from gpusteward.runtime.showback_step import build_showback
 from gpusteward.runtime.tide_step import build_tide
 from gpusteward.store.db import StateStore
 from gpusteward.store.window import WindowStore
@@ -127,6 +128,7 @@ def build_steward(
     steward.health = health
     steward.instances = instances
     steward.interruptions = build_interruption(settings, integration, store, runner.notifier, clock)
+    steward.showback = build_showback(settings, store, runner.notifier)
     steward.leadership = build_leadership(settings, store, integration)
     steward.guard_clock_jumps = guard_clock_jumps
     if backfill:

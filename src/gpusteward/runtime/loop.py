@@ -62,6 +62,7 @@ from gpusteward.runtime.queues import QueueReader
 from gpusteward.runtime.reconcile import Judgement, Reconciler
 from gpusteward.runtime.rollout_step import RolloutStep
 from gpusteward.runtime.runner import ActionResult, ActionRunner
+from gpusteward.runtime.showback_step import ShowbackStep
 from gpusteward.runtime.tick_report import TickReport
 from gpusteward.runtime.tide_step import TideStep
 from gpusteward.store.window import WindowStore
@@ -114,6 +115,7 @@ class Steward:
     rollout: RolloutStep | None = None
     #: Spot interruption notices → checkpoint signals on the node: runtime/interruption_step.py.
     interruptions: InterruptionStep | None = None
+    showback: ShowbackStep | None = None  #: closes months, sends budget alerts: runtime/showback_step.py
     queues: QueueReader = field(default_factory=QueueReader)  #: schedulers' queues, read each tick
     #: Who may act when two replicas run (None: this one always does).
     leadership: Leadership | None = None
@@ -308,6 +310,8 @@ class Steward:
         except StoreError:
             # After the actions: a ledger that cannot be written must not fail the tick.
             log.exception("ledger not written; its amounts wait for the next tick")
+        if self.showback is not None:
+            self.showback.run(now)
 
     def analyse(self, now: datetime, rules: Sequence[CompiledRule] | None = None) -> AnalysisResult:
         """The rules (``rules`` instead of the loop's own: a rule edit's preview) over the window

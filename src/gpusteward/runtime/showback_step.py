@@ -26,6 +26,7 @@ from gpusteward.analysis.showback import (
     read_month,
     team_totals,
 )
+from gpusteward.domain.errors import StoreError
 from gpusteward.domain.models import Notice, Owner
 from gpusteward.domain.ports import Notifier
 from gpusteward.domain.records import AuditNote
@@ -103,8 +104,14 @@ class ShowbackStep:
         if self._checked_at is not None and now - self._checked_at < every:
             return []
         self._checked_at = now
-        self.close_due(now)
-        return self.alert(now)
+        try:
+            self.close_due(now)
+            return self.alert(now)
+        except StoreError:
+            # After the actions: a store that cannot be read must not fail the tick; next check retries.
+            log.exception("showback: months not closed, budgets not checked; tried again next check")
+            self._checked_at = None
+            return []
 
     def close_due(self, now: datetime) -> list[str]:
         """Close the ended months (up to a year back) that have rows and are due; returns them."""
