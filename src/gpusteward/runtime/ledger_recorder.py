@@ -10,9 +10,8 @@
   later (an estimate, the live loop cannot know); a backtest passes what the trace shows.
 * **Use**: per workload and day, the GPU-hours held and the utilisation-weighted busy GPU-hours
   of the samples the source had (efficiency), and the GPUs an advice rule found idle.
-* **Showback**: per day, team, owner, GPU model and rate, the GPU-hours held (GPUs no workload
-  holds count for "(unallocated)"), used, wasted and reclaimed, the held hours' spend at the
-  GPU's price and the measured power's cost. Amounts for a closed month go to the current day.
+* **Showback**: per day, team, owner, GPU model and rate: GPU-hours held (unheld GPUs: "(unallocated)"),
+  used, wasted, reclaimed; the held hours' spend at the GPU's price, the measured power's cost.
 """
 
 from __future__ import annotations
