@@ -6,6 +6,7 @@ membership (group, scale-in protection, the group's tags) and active reservation
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +25,8 @@ STOPPED_AT_TAG = "gpusteward.io/stopped-at"
 STOPPED_HOW_TAG = "gpusteward.io/stopped-how"  # stop | standby (scale-in: on the group)
 STOPPED_GROUP_TAG = "gpusteward.io/stopped-group"
 RECORD_TAGS = (STOPPED_AT_TAG, STOPPED_HOW_TAG, STOPPED_GROUP_TAG)
+#: How long active reservations are taken as read.
+RESERVATIONS_EVERY_S = 3600.0
 
 
 def _exclude_until(value: str | None, where: str) -> datetime | None:
@@ -47,12 +50,20 @@ def _launched(raw: Mapping[str, Any]) -> datetime:
 class InstanceFinder:
     """Reads the GPU instances (and remembers each instance type's GPUs: they never change)."""
 
-    def __init__(self, client: AwsClient, settings: InstanceSettings, prices: PriceTable) -> None:
+    def __init__(
+        self,
+        client: AwsClient,
+        settings: InstanceSettings,
+        prices: PriceTable,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self.settings = settings
         self.prices = prices
         self._kinds: dict[str, GpuKind | None] = {}
-        self._reserved_warned = False
+        self.monotonic = monotonic
+        #: (read at, counts) of the last reservation read.
+        self._reservations: tuple[float, dict[tuple[str, str], int]] | None = None
 
     def describe(self, keep: Callable[[str], bool] = lambda t: True, **params: Any) -> list[Instance]:
         """The GPU instances ``describe_instances`` returns for ``params`` whose type ``keep`` keeps."""
@@ -94,19 +105,24 @@ class InstanceFinder:
         return members, groups
 
     def _reserved(self) -> dict[tuple[str, str], int]:
+        """Active reservations, read at most every ``RESERVATIONS_EVERY_S`` (they change rarely,
+        and a read that failed is not tried again every tick)."""
+        now = self.monotonic()
+        if self._reservations is not None and now - self._reservations[0] < RESERVATIONS_EVERY_S:
+            return self._reservations[1]
         try:
             got = self.client.read(
                 "ec2", "describe_reserved_instances", Filters=[{"Name": "state", "Values": ["active"]}]
             )
+            counts = reservations(got.get("ReservedInstances", []))
         except Exception as e:
             # Optional: a reservation read failing in any way (an endpoint without the call answers
             # an HTML page botocore cannot parse) prices every on-demand instance as on-demand.
-            if not self._reserved_warned:
-                why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-                log.warning("reserved instances not read, all priced at on-demand: %s", why)
-                self._reserved_warned = True
-            return {}
-        return reservations(got.get("ReservedInstances", []))
+            why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            log.warning("reserved instances not read, all priced at on-demand for now: %s", why)
+            counts = {}
+        self._reservations = (now, counts)
+        return counts
 
     def _enrich(self, raws: list[dict[str, Any]]) -> list[Instance]:
         self._kind(str(r["InstanceType"]) for r in raws)

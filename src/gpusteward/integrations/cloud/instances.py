@@ -70,7 +70,7 @@ class AwsInstanceControl:
         self.clock = clock
         self.sleep = sleep
         self.poll_seconds = poll_seconds
-        self.finder = InstanceFinder(client, settings, prices)
+        self.finder = InstanceFinder(client, settings, prices, clock.monotonic)
 
     # -- reads ----------------------------------------------------------------------------------
     def instances(self) -> dict[str, Instance]:
