@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from aws_world import autoscaling, control, desired, group, launch, lifecycle_state, state, tags
+from aws_world import autoscaling, control, desired, ec2, group, image, launch, lifecycle_state, state, tags
 
 from gpusteward.domain.cloud import EXCLUDE_UNTIL_TAG, PROTECT_TAG, Lifecycle
 from gpusteward.domain.errors import ExecutionError, SourceError
@@ -48,6 +48,21 @@ def test_gpu_instances_are_found_tagged_and_priced(aws: str, caplog: pytest.LogC
     assert f"aws:///us-east-1a/{a}" in found["gpu-a"].aliases  # a Kubernetes node's providerID
     # moto has no describe_reserved_instances: said once, and priced at on-demand meanwhile.
     assert "reserved instances not read" in caplog.text
+
+
+def test_a_spot_instance_is_priced_at_the_spot_rate(aws: str) -> None:
+    got = ec2(aws).run_instances(
+        ImageId=image(aws),
+        InstanceType="g5.xlarge",
+        MinCount=1,
+        MaxCount=1,
+        InstanceMarketOptions={"MarketType": "spot"},
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "Name", "Value": "gpu-s"}]}],
+    )
+    assert got["Instances"][0]["InstanceLifecycle"] == "spot"
+    found = control(aws, SimClock(T0)).instances()["gpu-s"]
+    assert found.lifecycle is Lifecycle.SPOT
+    assert found.price_per_hour == pytest.approx(1.00 * (1 - 0.60))  # the cost table's spot discount
 
 
 def test_families_and_instance_tags_narrow_the_search(aws: str) -> None:

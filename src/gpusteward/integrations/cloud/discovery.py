@@ -133,7 +133,7 @@ class InstanceFinder:
             return []
         members, groups = self._groups([str(r["InstanceId"]) for r in gpu])
         on_demand = sorted(
-            (r for r in gpu if r.get("InstanceLifecycle") != "spot"),
+            (r for r in gpu if not r.get("InstanceLifecycle")),  # plain on-demand ("normal": absent)
             key=lambda r: (_launched(r), r["InstanceId"]),
         )
         counts = self._reserved() if on_demand else {}
@@ -156,8 +156,11 @@ class InstanceFinder:
         iid, itype = str(raw["InstanceId"]), str(raw["InstanceType"])
         kind = self._kinds[itype]
         assert kind is not None
-        if raw.get("InstanceLifecycle") == "spot":
+        paid = raw.get("InstanceLifecycle")
+        if paid == "spot":
             lifecycle = Lifecycle.SPOT
+        elif paid:  # capacity-block, scheduled: paid ahead like a reservation, a stop saves nothing
+            lifecycle = Lifecycle.RESERVED
         else:
             lifecycle = Lifecycle.RESERVED if iid in reserved else Lifecycle.ON_DEMAND
         tags = tags_of(raw)
