@@ -99,3 +99,25 @@ def test_demo_flags_failed_gpus_predicts_them_and_stops_no_hung_job(half_day: De
     assert hung  # at least one job hung on a failed GPU: at 0 % for hours
     assert not hung & {a.workload_id for a in half_day.stops}
     assert s["false_actions"] == 0
+
+
+def test_demo_meets_each_spot_interruption_with_checkpoints(half_day: DemoResult) -> None:
+    s = half_day.summary()
+    assert sum(s["instances"].values()) == 8  # one instance per node
+    assert s["instances"]["spot"] == 2
+    # Seed 42 interrupts a spot node in the morning; the loop signals every workload on it in time.
+    assert s["interruptions"] >= 1
+    assert s["interruptions_checkpointed"] == s["interruptions"]
+    assert s["jobs_lost_progress"] == 0
+    assert s["jobs_resumed_from_checkpoint"] >= 1
+    # Nobody signalling on the same schedule loses more work (back to each job's own checkpoint).
+    assert s["interruption_lost_gpu_hours"] < s["interruption_lost_gpu_hours_without"]
+    assert len(half_day.interrupted) == s["interrupted_jobs"]
+    for key in ("instances_stopped", "instance_hours_saved", "instance_cost_saved"):
+        assert s[key] >= 0
+
+
+def test_demo_without_cloud_nodes_reports_no_cloud_figures() -> None:
+    s = run_demo(hours=1, cloud_nodes=False).summary()
+    assert "instances" not in s
+    assert "interruptions" not in s

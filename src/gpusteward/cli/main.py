@@ -127,6 +127,13 @@ def demo(
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
     seed: Annotated[int, typer.Option(help="Simulator seed: same seed, same day.")] = 42,
     tick_seconds: Annotated[float, typer.Option(help="Simulated seconds between ticks.")] = 60.0,
+    cloud_nodes: Annotated[
+        bool,
+        typer.Option(
+            "--cloud-nodes/--no-cloud-nodes",
+            help="Nodes on simulated cloud instances: some spot, interrupted; idle ones stoppable.",
+        ),
+    ] = True,
     json_out: JsonOpt = False,
 ) -> None:
     """Run the whole loop on the built-in simulated cluster, in enforce mode against the simulator.
@@ -145,6 +152,7 @@ def demo(
                 seed=seed,
                 tick_seconds=tick_seconds,
                 on_tick=lambda done: advance(done, total),
+                cloud_nodes=cloud_nodes,
             )
     if json_out:
         _print_json(result.summary())

@@ -254,7 +254,7 @@ def print_demo(console: Console, result: DemoResult) -> None:
             f"{plan['memory_violations']:.0f} memory violations, "
             f"{plan['money_per_month']:,.0f} {plan['currency']} a month freed"
         )
-    for line in demo_health_queue_lines(s):
+    for line in demo_health_queue_lines(s) + demo_cloud_lines(s):
         console.print(line)
     style = "green" if s["false_actions"] == 0 else "bold red"
     console.print(f"[{style}]false actions: {s['false_actions']}[/]")
@@ -274,4 +274,22 @@ def demo_health_queue_lines(s: Mapping[str, Any]) -> list[str]:
         f"failed GPUs flagged: {s.get('failed_gpus_flagged', 0)} of {s.get('failed_gpus', 0)}",
         "degrading GPUs predicted: "
         + ("not before any failure" if lead is None else f"{lead:g} min before failure (median)"),
+    ]
+
+
+def demo_cloud_lines(s: Mapping[str, Any]) -> list[str]:
+    """Cloud instances stopped and spot interruptions met with a checkpoint (none without cloud nodes)."""
+    fleet = s.get("instances")
+    if not fleet:
+        return []
+    kinds = ", ".join(f"{n} {k}" for k, n in fleet.items())
+    cur = s.get("currency", "")
+    return [
+        f"cloud instances: {kinds}; stopped {s['instances_stopped']}, "
+        f"{s['instance_hours_saved']:g} instance-hours saved ({s['instance_cost_saved']:.2f} {cur})",
+        f"spot interruptions: {s['interruptions']}, every job checkpointed before the deadline in "
+        f"{s['interruptions_checkpointed']}; {s['jobs_resumed_from_checkpoint']} jobs resumed from "
+        f"that checkpoint, {s['jobs_lost_progress']} lost progress "
+        f"({s['interruption_lost_gpu_hours']:g} GPU-hours of work lost, "
+        f"{s.get('interruption_lost_gpu_hours_without', '-')} with no checkpoint signals)",
     ]

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from gpusteward.domain.cloud import INTERRUPTION_CHECKPOINT_STEP
 from gpusteward.domain.models import Action, Level
 from gpusteward.integrations.sim import DEFAULT_START, SimClock, SimCluster
 from gpusteward.integrations.sim.settings import SimSourceSettings
 from gpusteward.integrations.sim.shared import LightServices
-from gpusteward.integrations.sim.truth import Score, Truth
+from gpusteward.integrations.sim.spot import SimInterruptions
+from gpusteward.integrations.sim.truth import EndHow, Score, Truth
 from gpusteward.notify import MemoryNotifier
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, SourceSettings, StoreSettings
 from gpusteward.runtime.consolidation_step import pack_settings
 from gpusteward.scenarios.consolidation import backtest, backtest_summary, plan_summary
-from gpusteward.scenarios.demo_figures import health_figures, queue_figures
+from gpusteward.scenarios.demo_figures import cloud_figures, counterfactual, health_figures, queue_figures
 from gpusteward.store.db import StateStore
 
 #: A workload wasteful for at least this long inside the period must have been stopped:
@@ -50,6 +52,10 @@ class DemoResult:
     queue: dict[str, Any] | None = None
     #: Failed GPUs found and predicted (``demo_figures.health_figures``).
     health: dict[str, Any] | None = None
+    #: Cloud instances stopped, spot interruptions checkpointed (``demo_figures.cloud_figures``).
+    cloud: dict[str, Any] | None = None
+    #: Workloads whose node's instance was taken (a spot interruption), and when.
+    interrupted: dict[str, datetime] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         s = self.score
@@ -71,6 +77,7 @@ class DemoResult:
             "missed_workloads": self.missed_workloads,
             "queue_time_p50_min": self.queue,
             **(self.health or {}),
+            **(self.cloud or {}),
             "consolidation": self.consolidation,
         }
 
@@ -92,8 +99,10 @@ def run_demo(
     settings: Settings | None = None,
     on_tick: Callable[[int], None] | None = None,
     state_dir: Path | None = None,
+    cloud_nodes: bool = True,
 ) -> DemoResult:
-    """Simulate ``hours`` of a cluster with gpusteward in enforce mode against the simulator."""
+    """Simulate ``hours`` of a cluster with gpusteward in enforce mode against the simulator;
+    with ``cloud_nodes``, its nodes run on simulated cloud instances, some spot (interrupted)."""
     with tempfile.TemporaryDirectory(prefix="gpusteward-demo-") as tmp:
         folder = state_dir or Path(tmp)
         base = settings or Settings()
@@ -104,7 +113,11 @@ def run_demo(
                 "source": SourceSettings(
                     name="sim",
                     sim=SimSourceSettings(
-                        nodes=nodes, gpus_per_node=gpus_per_node, seed=seed, history_hours=0
+                        nodes=nodes,
+                        gpus_per_node=gpus_per_node,
+                        seed=seed,
+                        history_hours=0,
+                        cloud_nodes=cloud_nodes,
                     ),
                 ),
                 "store": StoreSettings(url=f"sqlite:///{folder / 'demo.db'}"),
@@ -123,7 +136,11 @@ def run_demo(
             clock.advance(tick_seconds)
             if on_tick is not None:
                 on_tick(i + 1)
-        result = _score(store, cluster, settings, hours, clock.now())
+        watch = integration.interruptions
+        spot = watch if isinstance(watch, SimInterruptions) else None
+        other, other_spot = counterfactual(cluster, spot)
+        result = _score(store, cluster, settings, hours, clock.now(), other)
+        result.cloud = cloud_figures(integration, clock.now(), other_spot)
         result.notices = len(notifier.sent)
         result.consolidation = consolidation(settings, hours, seed)
         store.close()
@@ -131,20 +148,28 @@ def run_demo(
 
 
 def _score(
-    store: StateStore, cluster: SimCluster, settings: Settings, hours: float, until: Any
+    store: StateStore,
+    cluster: SimCluster,
+    settings: Settings,
+    hours: float,
+    until: Any,
+    other: SimCluster | None = None,
 ) -> DemoResult:
     score = cluster.score(until)
     actions = store.actions(limit=1_000_000)
-    stops = [a for a in actions if a.level >= Level.GRACEFUL_STOP]
+    # An interruption's checkpoint signal stops nothing (the cloud takes the node anyway).
+    stops = [a for a in actions if a.level >= Level.GRACEFUL_STOP and a.step != INTERRUPTION_CHECKPOINT_STEP]
     stopped = {a.workload_id for a in stops}
     truths = cluster.truths()
+    # A workload whose node was taken (a spot interruption) lived only until then.
+    taken = {e.workload_id: e.at for e in cluster.endings() if e.how is EndHow.INTERRUPTED}
     missed = sorted(
         t.workload_id
         for t in truths
         if t.wasteful_from is not None
         and not t.protected
         and t.workload_id not in stopped
-        and min(until, t.planned_end) - t.wasteful_from >= MISSED_AFTER
+        and min(until, t.planned_end, taken.get(t.workload_id, until)) - t.wasteful_from >= MISSED_AFTER
     )
     protected = {t.workload_id for t in truths if t.protected}
     price = settings.cost.price_for(cluster.gpus[0].model)
@@ -163,8 +188,9 @@ def _score(
         missed_workloads=missed,
         protected_untouched=not (protected & stopped) and not score.protected_stops,
         notices=0,
-        queue=queue_figures(cluster, until),
+        queue=queue_figures(cluster, until, other),
         health=health_figures(cluster, episodes, until),
+        interrupted=taken,
     )
 
 

@@ -1,6 +1,7 @@
 """The demo's issue-16 figures: queue time with and without gpusteward acting, and how the
 failing GPUs were found (``gpu-failed``) and predicted (``gpu-degrading``), scored against
-the simulator's ground truth."""
+the simulator's ground truth; and issue 18's: cloud instances stopped and spot interruptions
+met with a checkpoint, from the simulator's own record of its instances."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from datetime import datetime
 from typing import Any
 
 from gpusteward.analysis.queue_figures import wait_minutes
+from gpusteward.domain.integration import Integration
 from gpusteward.domain.records import FindingEpisode
 from gpusteward.integrations.sim import SimCluster
+from gpusteward.integrations.sim.cloud import SimInstanceControl
+from gpusteward.integrations.sim.spot import SimInterruptions
 
 #: The health rules' names (analysis/rules/default.yaml); findings are read by name only.
 FAILED_RULE = "gpu-failed"
@@ -34,11 +38,21 @@ def untouched(cluster: SimCluster) -> SimCluster:
     )
 
 
-def queue_figures(cluster: SimCluster, until: datetime) -> dict[str, Any]:
-    """Median queue time of the jobs submitted during the run, with gpusteward (this run) and
-    without (the same seed's cluster advanced with no action); jobs still waiting at the end
-    count with the time they have waited so far."""
+def counterfactual(
+    cluster: SimCluster, interruptions: SimInterruptions | None = None
+) -> tuple[SimCluster, SimInterruptions | None]:
+    """The cluster nobody acts on, its spot nodes (if any) taken on the same schedule."""
     other = untouched(cluster)
+    if interruptions is None:
+        return other, None
+    return other, interruptions.like(interruptions.cloud.like(other))
+
+
+def queue_figures(cluster: SimCluster, until: datetime, other: SimCluster | None = None) -> dict[str, Any]:
+    """Median queue time of the jobs submitted during the run, with gpusteward (this run) and
+    without (``other``: by default the same seed's cluster advanced with no action); jobs still
+    waiting at the end count with the time they have waited so far."""
+    other = other or untouched(cluster)
     acted = cluster.queue_waits(cluster.start, until)
     alone = other.queue_waits(cluster.start, until)
     return {
@@ -87,3 +101,22 @@ def health_figures(
         "degrading_lead_time_min": round(statistics.median(leads), 1) if leads else None,
         "gpu_failures": rows,
     }
+
+
+def cloud_figures(
+    integration: Integration, until: datetime, without: SimInterruptions | None = None
+) -> dict[str, Any]:
+    """Instances stopped and the instance-hours they stayed stopped; spot interruptions and how
+    many had every workload on the node checkpointed before the instance was taken, and the work
+    lost (``without``: on the counterfactual cluster, where nobody sends a signal). Empty when
+    the simulated nodes run on no cloud instances."""
+    control, watch = integration.instances, integration.interruptions
+    if not isinstance(control, SimInstanceControl) or not isinstance(watch, SimInterruptions):
+        return {}
+    fleet: dict[str, int] = {}
+    for instance in control.instances().values():
+        fleet[instance.lifecycle.value] = fleet.get(instance.lifecycle.value, 0) + 1
+    out = {"instances": dict(sorted(fleet.items())), **control.cloud.figures(until), **watch.figures(until)}
+    if without is not None:
+        out["interruption_lost_gpu_hours_without"] = without.figures(until)["interruption_lost_gpu_hours"]
+    return out

@@ -20,6 +20,7 @@ import numpy as np
 from gpusteward.domain.classes import CLASS_KEY
 from gpusteward.domain.models import PROTECT_KEY, Gpu, Observation, Owner, Sample, Workload
 from gpusteward.integrations.sim.behaviours import CHECKPOINTS, Behaviour, Mode
+from gpusteward.integrations.sim.capacity import CHECKPOINT_EXIT_S, Capacity
 from gpusteward.integrations.sim.ground_truth import GroundTruth
 from gpusteward.integrations.sim.health import HealthModel, draw
 from gpusteward.integrations.sim.runs import Run
@@ -32,8 +33,6 @@ from gpusteward.integrations.sim.waiting import Waiting
 
 DEFAULT_START = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)
 DAY_S = 86400.0
-#: A trainer asked to checkpoint writes it and exits this long after the signal.
-CHECKPOINT_EXIT_S = 60.0
 #: A process sent SIGTERM exits this long after it (well within any grace).
 TERMINATE_EXIT_S = 5.0
 _INF = math.inf
@@ -48,7 +47,7 @@ def _hour_of_day(at: datetime) -> float:
 _CLASS = {Behaviour.INFERENCE: "service", Behaviour.SERVING: "service", Behaviour.NOTEBOOK: "interactive"}
 
 
-class SimCluster(GroundTruth, Waiting):
+class SimCluster(GroundTruth, Waiting, Capacity):
     """A simulated GPU cluster. ``nodes``/``gpus_per_node`` default to the scenario's size;
     ``failing_gpus``/``throttling_gpus`` to the scenario's (``health.py``)."""
 
@@ -92,6 +91,7 @@ class SimCluster(GroundTruth, Waiting):
         self.events: list[Event] = []
         #: Nodes out of scheduling (L4 parking), by name: (reason, since). No new job lands there.
         self.parked_nodes: dict[str, tuple[str, datetime]] = {}
+        self._init_capacity()
 
         self.gpus = tuple(
             Gpu(f"GPU-sim-{n:02d}-{i}", f"sim-node-{n:02d}", i, gpu_model, memory_total_mib)
@@ -159,9 +159,12 @@ class SimCluster(GroundTruth, Waiting):
             t_arr = arrival.at_s if arrival is not None else _INF
             run = min(self._running, key=Run.next_s, default=None)
             t_run = run.next_s() if run is not None else _INF
-            if min(t_arr, t_run) > now_s:
+            t_due = self._next_timer_s()
+            if min(t_arr, t_run, t_due) > now_s:
                 break
-            if run is not None and t_run <= t_arr:
+            if t_due <= min(t_arr, t_run):
+                self._fire_timer()
+            elif run is not None and t_run <= t_arr:
                 self._fire(run, t_run)
                 self._place(t_run)
             elif arrival is not None:
@@ -196,7 +199,8 @@ class SimCluster(GroundTruth, Waiting):
         # A failed GPU is withdrawn from scheduling (device plugin, node health check).
         usable = [h is None and not self.health.failed(i, t) for i, h in enumerate(self._holder)]
         free = [sum(usable[n * gpn : (n + 1) * gpn]) for n in range(self.nodes)]
-        parked = {n for n in range(self.nodes) if self.gpus[n * gpn].node in self.parked_nodes}
+        away = self.parked_nodes.keys() | self.down_nodes  # parked, or its instance is away
+        parked = {n for n in range(self.nodes) if self.gpus[n * gpn].node in away}
         waiting: list[Arrival] = []
         for arrival in self._queue:
             fits = [n for n in range(self.nodes) if free[n] >= arrival.gpus and n not in parked]
@@ -213,7 +217,7 @@ class SimCluster(GroundTruth, Waiting):
 
     def _start(self, arrival: Arrival, t: float, idx: list[int]) -> None:
         row, plan = arrival.row, arrival.plan
-        wid = f"{row.kind.value}-{arrival.seq:04d}"
+        wid = arrival.workload_id
         labels = {"team": row.team, "user": arrival.user, CLASS_KEY: _CLASS.get(row.behaviour, "batch")}
         if row.protect:
             labels[PROTECT_KEY] = "true"

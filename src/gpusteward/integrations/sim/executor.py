@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from gpusteward.domain.cloud import INTERRUPTION_CHECKPOINT_STEP
 from gpusteward.domain.errors import ExecutionError, PreflightFailed
 from gpusteward.domain.models import Decision, Level, Outcome, Workload
 from gpusteward.domain.ports import Clock
@@ -14,6 +15,10 @@ class SimExecutor:
     """Implements ``gpusteward.domain.ports.Executor`` for workloads of a ``SimCluster``.
 
     L2 sends a checkpoint signal, then SIGTERM once ``grace_s`` has passed; L3 kills.
+    An interruption's checkpoint (``checkpoint_now``, or step ``INTERRUPTION_CHECKPOINT_STEP``)
+    only sends the signal and records when: the instance is taken at its deadline anyway, and
+    what the workload keeps then is the cluster's to judge (``capacity.py``). There is no
+    requeue: the simulated scheduler submits a taken node's useful work again by itself.
     Effects that lie in the future (a trainer's exit a minute after its checkpoint) show
     up when the cluster is advanced. With a ``clock``, ``verify`` first advances the
     cluster to the clock's time, so a caller that polls ``verify`` with ``clock.sleep``
@@ -69,6 +74,8 @@ class SimExecutor:
         if self.fail_times > 0:
             self.fail_times -= 1
             raise ExecutionError(f"simulated failure stopping {workload.id}")
+        if decision.step == INTERRUPTION_CHECKPOINT_STEP:
+            return self.checkpoint_now(decision, workload)
         live = self.cluster.workload(sim_id)
         if live is None:
             return Outcome(True, f"{workload.id} already gone", verified=True)
@@ -89,6 +96,18 @@ class SimExecutor:
             decision, workload, f"checkpoint signal sent to {workload.id}; SIGTERM after {self.grace_s:g}s"
         )
 
+    def checkpoint_now(self, decision: Decision, workload: Workload) -> Outcome:
+        """The checkpoint signal alone, no stop after it (an interruption's step; the runtime's
+        ``Checkpointer``): recorded with its time, for the cluster to judge at the take."""
+        sim_id = self._sim_id(workload)
+        if sim_id is None:
+            raise ExecutionError(f"unknown workload {workload.id!r} on {self.name}")
+        if not self.cluster.signal_checkpoint(sim_id, self._at(decision)):
+            return Outcome(True, f"{workload.id} already gone", verified=True)
+        return Outcome(
+            True, f"checkpoint signal sent to {workload.id} before the interruption", verified=True
+        )
+
     def _outcome(self, decision: Decision, workload: Workload, detail: str) -> Outcome:
         gone = self._gone(workload)
         released = workload.gpu_uuids if gone else ()
@@ -104,7 +123,11 @@ class SimExecutor:
         return not any(self.cluster.holds(sim_id, u) for u in workload.gpu_uuids)
 
     def verify(self, decision: Decision, workload: Workload) -> bool:
-        """The workload has exited and none of its GPUs is still held by it."""
+        """The workload has exited and none of its GPUs is still held by it (an interruption's
+        checkpoint: its signal was recorded)."""
+        if decision.step == INTERRUPTION_CHECKPOINT_STEP:
+            sim_id = self._sim_id(workload)
+            return sim_id is None or self.cluster.signalled_at(sim_id) is not None
         if self._clock is not None:
             self.cluster.advance_to(self._clock.now())
         return self._gone(workload)

@@ -77,6 +77,8 @@ def score_runs(runs: Iterable[Run], until_s: float, to_dt: ToDatetime) -> Score:
     for run in runs:
         plan, gpus = run.plan, len(run.gpu_idx)
         end = min(run.start_s + plan.run_s, until_s)
+        if run.ended_how is EndHow.INTERRUPTED and run.ended_s is not None:
+            end = min(end, run.ended_s)  # its node was taken: what is left is its resubmission's
         if plan.wasteful_from_s is not None:
             waste += gpus * max(0.0, end - max(run.start_s + plan.wasteful_from_s, 0.0))
         stopped_by_action = run.ended_how not in (None, EndHow.FINISHED)

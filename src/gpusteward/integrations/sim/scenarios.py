@@ -130,6 +130,13 @@ class Arrival:
     plan: Plan
     #: Seed of the workload's own noise stream.
     key: int
+    #: How many times it was submitted again after its node was taken (a spot interruption).
+    retry: int = 0
+
+    @property
+    def workload_id(self) -> str:
+        base = f"{self.row.kind.value}-{self.seq:04d}"
+        return f"{base}-r{self.retry}" if self.retry else base
 
 
 def scaled(scenario: Scenario, count: int, total_gpus: int) -> int:

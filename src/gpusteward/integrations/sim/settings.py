@@ -21,3 +21,24 @@ class SimSourceSettings(BaseModel):
         description="How long the simulated cluster has been running when the agent starts.",
     )
     drop_rate: float = Field(0.0, ge=0, le=1, description="Share of samples lost, to exercise missing data.")
+    cloud_nodes: bool = Field(
+        False,
+        description="Run every node on a simulated cloud instance: L4 can stop and start it, "
+        "and spot instances are interrupted (integrations/sim/cloud.py, spot.py).",
+    )
+    instance_type: str = Field(
+        "p4d.24xlarge", min_length=1, max_length=64, description="The instance type of every node."
+    )
+    spot_share: float = Field(0.25, ge=0, le=1, description="Share of nodes on spot instances.")
+    reserved_share: float = Field(
+        0.25, ge=0, le=1, description="Share of nodes on reserved instances (the rest are on-demand)."
+    )
+    interruptions_per_day: float = Field(
+        1.0, ge=0, le=1000, description="Spot interruptions a day across the spot nodes, on average."
+    )
+    spot_replacement_minutes: float = Field(
+        10.0,
+        ge=0,
+        le=24 * 60,
+        description="How long after a spot instance is taken its replacement joins the cluster.",
+    )

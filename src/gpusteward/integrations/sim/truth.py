@@ -29,6 +29,8 @@ class EndHow(StrEnum):
     CHECKPOINTED = "checkpointed"
     TERMINATED = "terminated"
     KILLED = "killed"
+    #: Its node's cloud instance was taken (a spot interruption; ``capacity.py``).
+    INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True, slots=True)

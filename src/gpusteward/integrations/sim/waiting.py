@@ -39,7 +39,7 @@ class Waiting:
 
         pending = tuple(
             PendingJob(
-                id=f"{a.row.kind.value}-{a.seq:04d}",
+                id=a.workload_id,
                 queue=a.row.team,
                 gpus=a.gpus,
                 submitted_at=at(a.at_s),
