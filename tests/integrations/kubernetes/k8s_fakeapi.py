@@ -377,7 +377,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         group = m.group("g") or ""
         ns, plural, name, sub = m.group("ns") or "", m.group("plural"), m.group("name"), m.group("sub") or ""
-        watch = q.get("watch") in ("1", "true")
+        # The API server parses booleans with Go's strconv.ParseBool: the Python client below 37
+        # sends "True", later ones "true".
+        watch = q.get("watch") in ("1", "t", "T", "true", "True", "TRUE")
         verb = {
             "GET": "watch" if watch else ("get" if name else "list"),
             "POST": "create",
