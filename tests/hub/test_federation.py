@@ -210,6 +210,34 @@ def test_three_members_side_by_side(fleet: Fleet) -> None:
     assert {f["cluster"] for f in findings} == {"alpha"}
 
 
+def _team_hours(showback: dict[str, Any]) -> dict[str, float]:
+    teams: dict[str, float] = {}
+    for r in showback["rows"]:
+        team = r["team"] or "(none)"
+        teams[team] = teams.get(team, 0.0) + r["held_gpu_hours"]
+    return teams
+
+
+def test_fleet_showback_sums_each_members_month_per_team(fleet: Fleet) -> None:
+    """The live members' ledgers only grow: the member's answer before a hub pull and after it
+    bracket the hub's copy, team by team."""
+    month = fleet.member_api("alpha", "/api/v1/showback")["month"]
+    for name in ("alpha", "beta"):
+        before = _team_hours(fleet.member_api(name, f"/api/v1/showback?month={month}"))
+        asked = fleet.overview()["at"]
+        _until(f"a pull of {name}", lambda n=name, t=asked: fleet.cluster(n)["last_success_at"] > t)
+        hub = httpx.get(fleet.hub_url + "/api/v1/hub/reports/showback", params={"month": month}).json()
+        after = _team_hours(fleet.member_api(name, f"/api/v1/showback?month={month}"))
+        mine = {r["team"]: r["held_gpu_hours"] for r in hub["rows"] if r["cluster"] == name}
+        assert before, f"{name} should have showback rows"
+        assert set(before) <= set(mine) <= set(after)
+        for team, hours in mine.items():
+            assert before.get(team, 0.0) - 0.01 <= hours <= after[team] + 0.01, (name, team)
+    # gamma answers too, with nothing this month: its backtest ledger has the trace's days.
+    assert hub["missing"] == []
+    assert [r for r in hub["rows"] if r["cluster"] == "gamma"] == []
+
+
 def test_cross_cluster_advice_names_the_waiting_and_the_idle_cluster(fleet: Fleet) -> None:
     waiting = fleet.member_api("alpha", "/api/v1/fleet")["waiting"]
     assert waiting, "the two-node simulated cluster should have jobs waiting"
