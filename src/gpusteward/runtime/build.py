@@ -88,10 +88,11 @@ def build_steward(
     # One runner for every step: the integration's executors, the node parking (and drains of failed
     # GPUs' nodes, through the same node control) and pool scaling.
     executors = [
+        # Instance stops first: a node executor of the same system claims any node workload.
+        *(instances.executors(clock) if instances is not None else ()),
         *integration.executors,
         *(parking.executors(clock) if parking is not None else health.executors(clock)),
         *(tide.executors() if tide is not None else ()),
-        *(instances.executors(clock) if instances is not None else ()),
     ]
     runner = ActionRunner(
         store,
