@@ -169,8 +169,13 @@ def test_the_schedule_depends_on_the_seed_alone() -> None:
     days = 5 * 24 * H
     a = notices(spot_cluster()[1], spot_cluster()[0].start + days, MIN)
     b_cluster, b = spot_cluster()
-    # Polled every 7 minutes instead of every minute: the same notices (each read at least once).
-    assert notices(b, b_cluster.start + days, 7 * MIN) == a
+    # Polled every 2 minutes (the warning's length) instead of every minute: the same notices.
+    assert notices(b, b_cluster.start + days, 2 * MIN) == a
+    # A notice is there only until its deadline.
+    late = b.notices[0].deadline
+    assert late is not None
+    assert b.notices[0] in b.poll(late - timedelta(seconds=1))
+    assert b.notices[0] not in b.poll(late)
     assert a, "six a day for five days draws some"
     assert notices(spot_cluster(seed=43)[1], b_cluster.start + days, MIN) != a
     for n in b.notices:

@@ -97,7 +97,7 @@ class SimCloud:
         return SimCloud(cluster, self.plan)
 
     def now_s(self) -> float:
-        return self.cluster._offset(self.cluster.now)
+        return self.cluster.offset_of(self.cluster.now)
 
     def instances(self) -> dict[str, Instance]:
         return dict(self._instances)
@@ -122,7 +122,7 @@ class SimCloud:
     def figures(self, until: datetime) -> dict[str, float | int]:
         """Stops, instance-hours saved while stopped, and their price (a reserved instance's
         hours are paid for anyway: they save no money)."""
-        u = self.cluster._offset(until)
+        u = self.cluster.offset_of(until)
         hours = [(s, s.hours(u)) for s in self.stops if s.stopped_s <= u]
         money = sum(h * s.price_per_hour for s, h in hours if s.lifecycle is not Lifecycle.RESERVED)
         return {

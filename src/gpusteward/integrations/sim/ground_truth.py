@@ -28,6 +28,14 @@ class GroundTruth:
     def _offset(self, at: datetime) -> float:
         return (at - self.start).total_seconds()
 
+    def time_at(self, offset_s: float) -> datetime:
+        """The time ``offset_s`` seconds after the cluster's start."""
+        return self._dt(offset_s)
+
+    def offset_of(self, at: datetime) -> float:
+        """Seconds from the cluster's start to ``at``."""
+        return self._offset(at)
+
     def truth(self, workload_id: str) -> Truth:
         """Ground truth of a workload that has started (KeyError otherwise)."""
         return self._runs[workload_id].truth

@@ -39,10 +39,6 @@ class Interruption:
         return all(j.checkpointed for j in self.jobs)
 
 
-def _pending(notice: InterruptionNotice, now: datetime) -> bool:
-    return notice.deadline is not None and now < notice.deadline
-
-
 class SimInterruptions:
     """Implements ``gpusteward.domain.cloud.InterruptionWatch`` for a ``SimCloud``'s spot nodes."""
 
@@ -65,7 +61,6 @@ class SimInterruptions:
         #: Every notice given, in order; and every interruption carried out.
         self.notices: list[InterruptionNotice] = []
         self.done: list[Interruption] = []
-        self._polled: set[str] = set()
         self._generation = dict.fromkeys(cloud.nodes, 0)
         if self.spot_nodes and per_day > 0:
             self.cluster.at(0.0, self._draw_day)
@@ -92,13 +87,13 @@ class SimInterruptions:
         instance = self.cloud.instances()[node]
         if instance.state != RUNNING:
             return
-        seen = self.cluster._dt(t)
+        seen = self.cluster.time_at(t)
         notice = InterruptionNotice(
             node=node,
             instance_id=instance.id,
             provider="sim",
             kind=NoticeKind.INTERRUPTION,
-            deadline=self.cluster._dt(t + self.notice_s),
+            deadline=self.cluster.time_at(t + self.notice_s),
             seen_at=seen,
             via="sim",
             raw=f"spot interruption of {instance.id} ({node}) at {seen:%H:%M:%S}",
@@ -112,22 +107,19 @@ class SimInterruptions:
             return  # stopped meanwhile: a stopped instance is not taken
         jobs = self.cluster.take_node(notice.node, t)
         self.cloud.set_state(notice.node, TERMINATED)
-        self.done.append(Interruption(notice, self.cluster._dt(t), tuple(jobs)))
+        self.done.append(Interruption(notice, self.cluster.time_at(t), tuple(jobs)))
         self.cluster.at(t + self.replacement_s, partial(self._replace, notice.node))
 
     def _replace(self, node: str, t: float) -> None:
         self._generation[node] += 1
-        self.cloud.replace_instance(node, self._generation[node], self.cluster._dt(t))
+        self.cloud.replace_instance(node, self._generation[node], self.cluster.time_at(t))
         self.cluster.node_up(node)
 
     def poll(self, now: datetime) -> list[InterruptionNotice]:
-        """Notices given by ``now`` whose instance is not yet taken, and any not yet read once."""
+        """Notices given by ``now`` whose instance is not yet taken. Like a metadata service, a
+        notice is there only until its deadline: a poller slower than the warning misses it."""
         self.cluster.advance_to(now)
-        out = [
-            n for n in self.notices if n.seen_at <= now and (_pending(n, now) or n.key not in self._polled)
-        ]
-        self._polled.update(n.key for n in out)
-        return out
+        return [n for n in self.notices if n.seen_at <= now and n.deadline is not None and now < n.deadline]
 
     def figures(self, until: datetime) -> dict[str, float | int]:
         """Interruptions by ``until``: how many had every job checkpointed in time, and the jobs'
