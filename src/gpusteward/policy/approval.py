@@ -17,6 +17,7 @@ from datetime import datetime
 from gpusteward.domain.models import Decision
 from gpusteward.policy.consolidation import SHARE, UNSHARE
 from gpusteward.policy.health import DRAIN
+from gpusteward.policy.instances import START, STOP
 from gpusteward.policy.ladder import Step
 from gpusteward.policy.owner import ApprovalView, approval_gate
 from gpusteward.policy.parking import PARK, UNPARK
@@ -26,7 +27,7 @@ from gpusteward.policy.settings import ApprovalSettings
 #: Steps that give capacity back.
 NEVER_WAITS = frozenset({UNPARK.name, SCALE_UP.name, UNSHARE.name})
 _INFRA_STEPS: dict[str, Step] = {
-    s.name: s for s in (PARK, UNPARK, SCALE_DOWN, SCALE_UP, SHARE, UNSHARE, DRAIN)
+    s.name: s for s in (PARK, UNPARK, SCALE_DOWN, SCALE_UP, SHARE, UNSHARE, DRAIN, STOP, START)
 }
 
 

@@ -3,7 +3,7 @@ cloud instances gpusteward may stop, or take out of their Auto Scaling group, an
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -23,6 +23,8 @@ DEFAULT_FAMILIES: tuple[str, ...] = (
 )
 
 LifecycleName = Literal["on-demand", "spot", "reserved"]
+#: A whole instance's price per hour (the largest GPU instances cost under 100 USD/h).
+InstancePrice = Annotated[float, Field(ge=0.0, le=1_000_000)]
 
 
 def _on_demand() -> list[LifecycleName]:
@@ -93,7 +95,7 @@ class InstanceSettings(BaseModel):
     node_name_tag: str = Field(
         "Name", description="The instance tag that holds the node name (node_name tag or auto)."
     )
-    price_per_hour_by_type: dict[str, float] = Field(
+    price_per_hour_by_type: dict[str, InstancePrice] = Field(
         default_factory=dict,
         description="On-demand price of a whole instance per hour in this region, by instance type "
         "(e.g. {p4d.24xlarge: 32.77}); others are priced from the cost table's GPU prices. The "
@@ -114,7 +116,4 @@ class InstanceSettings(BaseModel):
                 "cloud.instances.action asg-scale-in terminates the instance: set "
                 "cloud.instances.allow_terminate true, or use action stop (standby, then stop)"
             )
-        for t, p in self.price_per_hour_by_type.items():
-            if p < 0:
-                raise ValueError(f"cloud.instances.price_per_hour_by_type: negative price for {t!r}")
         return self

@@ -62,7 +62,13 @@ class NodeParkingExecutor:
         self.clock = clock or SystemClock()
 
     def supports(self, workload: Workload, level: Level) -> bool:
-        return level is Level.INFRA and workload.kind is WorkloadKind.NODE and workload.source == self.name
+        # A node workload that names its cloud instance is the instance executor's (stop / start).
+        return (
+            level is Level.INFRA
+            and workload.kind is WorkloadKind.NODE
+            and workload.source == self.name
+            and "instance_id" not in workload.ref
+        )
 
     def _state(self, node: str) -> NodeState | None:
         try:

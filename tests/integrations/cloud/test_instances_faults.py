@@ -62,7 +62,7 @@ def throttling(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def test_throttling_is_retried_then_named_and_nothing_is_planned(
     throttling: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = AwsClient(AwsSettings(endpoint_url=throttling, max_attempts=2))
+    client = AwsClient(AwsSettings(endpoint_url=throttling, max_attempts=3))
     control = AwsInstanceControl(
         client, InstanceSettings(), PriceTable(), SimClock(datetime(2026, 3, 2, tzinfo=UTC))
     )
@@ -70,8 +70,9 @@ def test_throttling_is_retried_then_named_and_nothing_is_planned(
         SourceError, match=r"aws ec2 describe_instances failed: throttled by AWS after retries"
     ):
         control.instances()
-    # botocore's retries.max_attempts counts retries: the first call and 2 more, with backoff between.
-    assert Throttling.calls == 1 + 2
+    # max_attempts counts every call (botocore's total_max_attempts): the first and 2 retries, with
+    # backoff between.
+    assert Throttling.calls == 3
 
     step = InstanceStep(InstanceSettings(enabled=True), control)
     now = datetime(2026, 3, 2, tzinfo=UTC)

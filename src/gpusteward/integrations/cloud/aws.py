@@ -54,7 +54,7 @@ class AwsClient:
 
             config = Config(
                 region_name=self.cfg.region,
-                retries={"mode": "standard", "max_attempts": self.cfg.max_attempts},
+                retries={"mode": "standard", "total_max_attempts": self.cfg.max_attempts},
                 connect_timeout=self.cfg.connect_timeout_seconds,
                 read_timeout=self.cfg.read_timeout_seconds,
             )
@@ -75,21 +75,23 @@ class AwsClient:
     def pages(self, service: str, operation: str, **params: Any) -> Iterator[dict[str, Any]]:
         """Every page of a paginated read (``SourceError`` when a page fails)."""
         from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.parsers import ResponseParserError
 
         try:
             yield from self.client(service).get_paginator(operation).paginate(**params)
-        except (ClientError, BotoCoreError) as e:
+        except (ClientError, BotoCoreError, ResponseParserError) as e:
             raise SourceError(describe(service, operation, e)) from e
 
     def _call(
         self, service: str, operation: str, params: dict[str, Any], error: type[Exception]
     ) -> dict[str, Any]:
         from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.parsers import ResponseParserError
 
         method = getattr(self.client(service), operation)
         try:
             result: dict[str, Any] = method(**params)
-        except (ClientError, BotoCoreError) as e:
+        except (ClientError, BotoCoreError, ResponseParserError) as e:
             line = describe(service, operation, e)
             log.warning("%s", line)
             raise error(line) from e

@@ -26,7 +26,11 @@ class AwsSettings(_Section):
         "server in tests); empty: AWS's.",
     )
     max_attempts: int = Field(
-        5, ge=1, le=20, description="Attempts per AWS call, botocore's standard retry mode (with backoff)."
+        5,
+        ge=1,
+        le=20,
+        description="Attempts per AWS call, the first included (botocore's standard retry mode, with "
+        "backoff and jitter; throttling is retried too).",
     )
     connect_timeout_seconds: float = Field(5.0, gt=0, le=120, description="Connect timeout per AWS call.")
     read_timeout_seconds: float = Field(20.0, gt=0, le=600, description="Read timeout per AWS call.")
