@@ -339,3 +339,25 @@ def test_fleet_overview_and_drill_down_in_a_browser(fleet: Fleet, browser: Any, 
     assert clusters == {"alpha"}
     _shot(page, artifacts, "03-findings")
     assert errors == []  # no CSP violation, no script error
+
+
+def test_a_second_hub_replica_serves_the_same_and_takes_over(fleet: Fleet) -> None:
+    """Two `gpusteward hub run` on one schema: both serve the pages, only the lock holder pulls;
+    when it stops (SIGTERM releases the lock) the other goes on pulling."""
+    port = free_port()
+    fleet.args["hub2"] = [*fleet.args["hub"][:-1], str(port), "--verbose"]  # INFO: "leader now"
+    fleet.start("hub2")
+    second = f"http://127.0.0.1:{port}"
+    seen = _until("the second hub serves", lambda: httpx.get(second + "/api/v1/hub/overview").json())
+    assert [c["name"] for c in seen["clusters"]] == ["alpha", "beta", "gamma"]
+    log = (fleet.base / "hub2.log").read_text()
+    assert "leader now" not in log  # the first hub holds the lock
+    fleet.stop("hub")
+    stopped_at = httpx.get(second + "/api/v1/hub/overview").json()["at"]
+    for name in ("alpha", "beta", "gamma"):
+        _until(
+            f"{name} pulled by the second hub",
+            lambda n=name: next(c for c in httpx.get(second + "/api/v1/hub/overview").json()["clusters"]
+                                if c["name"] == n)["last_success_at"] > stopped_at,
+        )  # fmt: skip
+    assert "leader now" in (fleet.base / "hub2.log").read_text()

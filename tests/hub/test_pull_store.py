@@ -6,8 +6,10 @@ the leader pulls."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,9 @@ from sqlalchemy import create_engine, inspect
 from tests.conftest import PG_SERVER
 from tests.hub.conftest import hub_settings
 from tests.web.conftest import Demo, run_demo
+from typer.testing import CliRunner
 
+from gpusteward.cli.main import app
 from gpusteward.hub import views
 from gpusteward.hub.loop import HubPuller, hub_leadership
 from gpusteward.hub.settings import HubSettings
@@ -155,3 +159,24 @@ def test_a_member_answering_nonsense_is_a_failure_and_nothing_is_written(hub_sto
     state = hub_store.members()["alpha"]
     assert "answered something unexpected: KeyError" in state.last_error
     assert hub_store.snapshots("overview") == {}  # nothing of that pull
+
+
+def test_hub_check_and_pull_commands(member: tuple[Demo, str], hub_schema: str, tmp_path: Path) -> None:
+    demo, url = member
+    dead = f"http://127.0.0.1:{free_port()}"
+    config = tmp_path / "hub.yaml"
+    members = [{"name": "alpha", "url": url, "token": demo.tokens["viewer"]}]
+    config.write_text(json.dumps({"store_url": PG_SERVER, "store_schema": hub_schema, "members": members}))
+    runner = CliRunner()
+    checked = runner.invoke(app, ["hub", "check", "-c", str(config), "--json"])
+    assert checked.exit_code == 0, checked.output
+    assert json.loads(checked.stdout)["members"] == {"alpha": "ok: token viewer-1 (viewer), cluster alpha"}
+    pulled = runner.invoke(app, ["hub", "pull", "-c", str(config), "--json"])
+    assert (pulled.exit_code, json.loads(pulled.stdout)) == (0, {"alpha": True})
+    members.append({"name": "beta", "url": dead, "token": "t"})
+    config.write_text(json.dumps({"store_url": PG_SERVER, "store_schema": hub_schema, "members": members}))
+    checked = runner.invoke(app, ["hub", "check", "-c", str(config), "--json"])
+    assert checked.exit_code == 1
+    assert json.loads(checked.stdout)["members"]["beta"].startswith("FAILED: GET /api/v1/me: ConnectError")
+    pulled = runner.invoke(app, ["hub", "pull", "-c", str(config), "--json"])
+    assert (pulled.exit_code, json.loads(pulled.stdout)) == (1, {"alpha": True, "beta": False})

@@ -5,6 +5,7 @@ it never acts on any cluster."""
 from __future__ import annotations
 
 import json
+import signal
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +56,10 @@ def run(
         app = create_hub_app(settings, store)
         bind, at = host or default_host, port if port is not None else default_port
     stop = threading.Event()
+    # uvicorn hands SIGTERM/SIGINT back to the handler it found once it has shut down: this one
+    # stops the pull thread, which releases the leader's lock, and the process exits 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     thread = threading.Thread(target=puller.run, args=(stop,), name="gpusteward-hub-pull", daemon=True)
     thread.start()
     err.print(
