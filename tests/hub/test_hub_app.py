@@ -76,9 +76,11 @@ def test_member_text_is_escaped_and_links_go_to_the_member(client: TestClient, h
         "message": EVIL,
         "last_seen_at": NOW.isoformat(),
     }
-    hub_store.record_pull(
-        "beta", "http://beta.example", NOW, Pulled(overview=_overview(), findings=[finding])
-    )
+    rollout = [{"scope": "pilot-nlp", "stage": "notify", "days": 3.5, "findings": 4, "false_kills": 0,
+                "appeals": 1, "ready_to_promote": False}]  # fmt: skip
+    got = Pulled(overview=_overview(), findings=[finding], rollout=rollout)
+    hub_store.record_pull("beta", "http://beta.example", NOW, got)
+    assert "<td>pilot-nlp</td><td>notify</td><td>3.5</td>" in client.get("/clusters/beta").text
     for path in ("/findings", "/clusters/beta"):
         text = client.get(path).text
         assert EVIL not in text

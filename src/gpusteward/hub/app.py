@@ -71,7 +71,7 @@ def create_hub_app(settings: HubSettings, store: HubStore, *, now: Any = None) -
             "at": at,
             "clusters": rows,
             "totals": views.totals(rows),
-            "advice": views.cross_cluster(settings, store, at - report.WEEK, at),
+            "advice": views.cross_cluster(settings, store, at - views.DAY, at),
         }
 
     @app.get("/healthz", include_in_schema=False)

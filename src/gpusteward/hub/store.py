@@ -244,6 +244,13 @@ class HubStore:
         with self._tx("read samples") as conn:
             return [dict(r._mapping) for r in conn.execute(q)]
 
+    def first_sample_at(self, since: datetime) -> datetime | None:
+        with self._tx("read samples") as conn:
+            first: datetime | None = conn.execute(
+                select(func.min(samples_t.c.at)).where(samples_t.c.at >= since)
+            ).scalar()
+        return first
+
     def model_samples(self, since: datetime, until: datetime) -> list[dict[str, Any]]:
         c = model_samples_t.c
         q = select(model_samples_t).where(c.at >= since, c.at < until).order_by(c.cluster, c.model, c.at)

@@ -18,6 +18,7 @@ from gpusteward.hub import advice
 from gpusteward.hub.settings import HubSettings, MemberSettings
 from gpusteward.hub.store import HubStore, MemberState
 
+DAY = timedelta(hours=24)
 #: The overview's figures a cluster row shows (from the member's /api/v1/overview).
 FIGURES = ("gpus", "idle_gpus", "waste_cost_per_hour", "saved_cost_to_date", "waste_cost_to_date",
            "open_findings", "pending_approvals", "mode", "paused", "currency")  # fmt: skip
@@ -144,8 +145,8 @@ def util_series(
 
 def chart_span(settings: HubSettings, store: HubStore, now: datetime) -> timedelta:
     """24 h, or less while the hub has pulled for less (at least 12 pulls' worth)."""
-    first = store.samples(now - timedelta(hours=24))
-    have = (now - first[0]["at"]) if first else timedelta(0)
+    first = store.first_sample_at(now - DAY)
+    have = (now - first) if first else timedelta(0)
     floor = timedelta(seconds=12 * settings.interval_seconds)
     return max(floor, min(timedelta(hours=24), have * 1.05))
 
