@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 from fastapi import FastAPI
 from sqlalchemy import create_engine, inspect
 from tests.conftest import PG_SERVER
@@ -23,6 +25,7 @@ from typer.testing import CliRunner
 from gpusteward.cli.main import app
 from gpusteward.hub import views
 from gpusteward.hub.loop import HubPuller, hub_leadership
+from gpusteward.hub.schema import md
 from gpusteward.hub.settings import HubSettings
 from gpusteward.hub.store import HubStore
 from gpusteward.integrations.prometheus.localserver import free_port
@@ -56,6 +59,12 @@ def test_migrations_make_the_hubs_tables_in_its_own_schema(hub_store: HubStore) 
         engine.dispose()
     assert {"hub_members", "hub_snapshots", "hub_samples", "hub_waits", "alembic_version"} <= tables
     assert "hub_members" not in public
+
+
+def test_the_migrations_build_exactly_the_hubs_tables(hub_store: HubStore) -> None:
+    with hub_store.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), md)
+    assert diff == []
 
 
 def test_a_pull_follows_the_members_pages_and_reads_actions_once(

@@ -3,6 +3,7 @@ the file and line; `gpusteward hub check` exits 2 on them."""
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,9 @@ from typer.testing import CliRunner
 
 from gpusteward.cli.main import app
 from gpusteward.domain.errors import ConfigError
+from gpusteward.hub.pull import months_to_pull
 from gpusteward.hub.settings import load_hub_settings
+from gpusteward.integrations.prometheus.localserver import free_port
 
 GOOD = """\
 store_url: postgresql+psycopg://hub@db.example/hub
@@ -89,3 +92,20 @@ def test_the_error_names_file_line_and_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         load_hub_settings(path)
     assert str(e.value) == f"{path}:7: members.0.teamz: unknown key (check the spelling)"
+
+
+def test_hub_check_says_when_the_hubs_database_does_not_answer(tmp_path: Path) -> None:
+    _ca(tmp_path)
+    dead = f"postgresql+psycopg://hub@127.0.0.1:{free_port()}/hub?connect_timeout=5"
+    path = _write(tmp_path, GOOD.replace("postgresql+psycopg://hub@db.example/hub", dead))
+    got = CliRunner().invoke(app, ["hub", "check", "-c", str(path)])
+    assert got.exit_code == 1
+    assert "hub store: migrate failed" in got.output
+
+
+@pytest.mark.parametrize(
+    ("today", "months"),
+    [(date(2026, 1, 15), ["2025-12", "2026-01"]), (date(2026, 11, 30), ["2026-10", "2026-11"])],
+)
+def test_showback_months_pulled(today: date, months: list[str]) -> None:
+    assert months_to_pull(today) == months
