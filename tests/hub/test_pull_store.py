@@ -92,6 +92,16 @@ def test_a_pull_follows_the_members_pages_and_reads_actions_once(
     assert len(hub_store.samples(state.last_success_at - timedelta(days=1))) == 2  # one per pull
 
 
+def test_a_listing_longer_than_max_pages_is_cut_and_says_so(
+    member: tuple[Demo, str], hub_store: HubStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    demo, url = member
+    settings = _settings(hub_store.schema, url, demo.tokens["viewer"], page_size=3, max_pages=1)
+    assert HubPuller(settings, hub_store, AlwaysLeader()).pull_one(settings.members[0])
+    assert len(hub_store.findings("alpha")) == 3
+    assert "/api/v1/findings: more than max_pages=1 pages; the rest is left out" in caplog.text
+
+
 def test_a_down_member_keeps_its_last_figures_and_turns_stale(
     member: tuple[Demo, str], hub_store: HubStore
 ) -> None:

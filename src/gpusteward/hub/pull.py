@@ -9,6 +9,7 @@ with one line saying what failed; nothing of that pull is stored. Parts an older
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Iterator
 from datetime import date
@@ -19,6 +20,8 @@ import httpx
 from gpusteward import __version__
 from gpusteward.hub.settings import MemberSettings
 from gpusteward.hub.store import Pulled
+
+log = logging.getLogger(__name__)
 
 
 class PullError(Exception):
@@ -88,6 +91,10 @@ def pages(client: httpx.Client, path: str, params: dict[str, Any], max_pages: in
         yield rows
         nxt = resp.links.get("next", {}).get("url")
         url, query = (str(nxt), None) if nxt else (None, None)
+    if url is not None:
+        log.warning(
+            "%s%s: more than max_pages=%d pages; the rest is left out", client.base_url, path, max_pages
+        )
 
 
 def months_to_pull(today: date) -> list[str]:
