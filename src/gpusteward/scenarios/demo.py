@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpusteward.domain.cloud import INTERRUPTION_CHECKPOINT_STEP
-from gpusteward.domain.models import Action, Level
+from gpusteward.domain.cloud import INTERRUPTION_CHECKPOINT_STEP, STOP_INSTANCE_STEP
+from gpusteward.domain.models import Action, ApprovalStatus, Level
 from gpusteward.integrations.sim import DEFAULT_START, SimClock, SimCluster
 from gpusteward.integrations.sim.settings import SimSourceSettings
 from gpusteward.integrations.sim.shared import LightServices
@@ -121,6 +121,7 @@ def run_demo(
                     ),
                 ),
                 "store": StoreSettings(url=f"sqlite:///{folder / 'demo.db'}"),
+                "cloud": _with_instance_stops(base) if cloud_nodes else base.cloud,
             }
         )
         clock = SimClock(DEFAULT_START)
@@ -134,6 +135,8 @@ def run_demo(
         for i in range(total):
             steward.tick()
             clock.advance(tick_seconds)
+            if cloud_nodes:
+                _approve_instance_stops(store, clock.now())
             if on_tick is not None:
                 on_tick(i + 1)
         watch = integration.interruptions
@@ -145,6 +148,22 @@ def run_demo(
         result.consolidation = consolidation(settings, hours, seed)
         store.close()
         return result
+
+
+def _with_instance_stops(base: Settings) -> Any:
+    """The cloud section with L4 instance stops on, at their default idle time, reserve and
+    lifecycles (on-demand only): the demo's nodes run on the simulator's instances."""
+    return base.cloud.model_copy(
+        update={"instances": base.cloud.instances.model_copy(update={"enabled": True})}
+    )
+
+
+def _approve_instance_stops(store: StateStore, at: datetime) -> None:
+    """The on-call admin of the demo: approves every instance stop asked for (L4 waits for an
+    approval by default), and nothing else."""
+    for request in store.approvals(ApprovalStatus.PENDING):
+        if request.step == STOP_INSTANCE_STEP:
+            store.decide_approval(request.id, approve=True, by="demo-admin", reason="idle node", at=at)
 
 
 def _score(
