@@ -31,7 +31,8 @@ from gpusteward.integrations.prometheus.localserver import free_port
 
 REPLAY = Path(__file__).parents[1] / "fixtures" / "replay" / "scenario_6h.csv"
 CHROMIUM = os.environ.get("GPUSTEWARD_CHROMIUM", "/usr/bin/chromium")
-HANG_GUARD_S = 120.0  # a guard against a hung process, not a timing test
+HANG_GUARD_S = 120.0
+HUB_TOKEN = "hub-view-s3cret"  # a guard against a hung process, not a timing test
 
 
 def _until(what: str, probe: Callable[[], Any]) -> Any:
@@ -82,8 +83,14 @@ class Fleet:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
 
+    def hub_get(self, path: str, base: str = "", **kw: Any) -> httpx.Response:
+        """A request to the hub with its token (web.token is set: nothing is open)."""
+        return httpx.get(
+            (base or self.hub_url) + path, headers={"authorization": f"Bearer {HUB_TOKEN}"}, **kw
+        )
+
     def overview(self) -> dict[str, Any]:
-        got: dict[str, Any] = httpx.get(self.hub_url + "/api/v1/hub/overview").json()
+        got: dict[str, Any] = self.hub_get("/api/v1/hub/overview").json()
         return got
 
     def cluster(self, name: str) -> dict[str, Any]:
@@ -147,6 +154,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                 "lease_seconds": 3,
                 "advice_min_wait_minutes": 1,
                 "advice_min_idle_hours": 0,
+                "web": {"token": HUB_TOKEN},
                 "members": [
                     {
                         "name": n,
@@ -184,6 +192,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 def test_three_members_side_by_side(fleet: Fleet) -> None:
+    assert httpx.get(fleet.hub_url + "/api/v1/hub/overview").status_code == 401  # web.token set
     ov = fleet.overview()
     rows = {c["name"]: c for c in ov["clusters"]}
     assert list(rows) == ["alpha", "beta", "gamma"]
@@ -201,11 +210,11 @@ def test_three_members_side_by_side(fleet: Fleet) -> None:
     gamma = fleet.member_api("gamma", "/api/v1/overview")
     assert gamma["cluster"] == "gamma"
     assert rows["gamma"]["waste_cost_to_date"] == gamma["waste_cost_to_date"] > 0
-    detail = httpx.get(fleet.hub_url + "/api/v1/hub/clusters/gamma").json()
+    detail = fleet.hub_get("/api/v1/hub/clusters/gamma").json()
     member_actions = fleet.member_api("gamma", "/api/v1/actions?limit=50")
     assert member_actions
     assert [a["id"] for a in detail["actions"]] == [a["id"] for a in member_actions]
-    findings = httpx.get(fleet.hub_url + "/api/v1/hub/findings", params={"cluster": "alpha"}).json()
+    findings = fleet.hub_get("/api/v1/hub/findings", params={"cluster": "alpha"}).json()
     assert findings
     assert {f["cluster"] for f in findings} == {"alpha"}
 
@@ -226,7 +235,7 @@ def test_fleet_showback_sums_each_members_month_per_team(fleet: Fleet) -> None:
         before = _team_hours(fleet.member_api(name, f"/api/v1/showback?month={month}"))
         asked = fleet.overview()["at"]
         _until(f"a pull of {name}", lambda n=name, t=asked: fleet.cluster(n)["last_success_at"] > t)
-        hub = httpx.get(fleet.hub_url + "/api/v1/hub/reports/showback", params={"month": month}).json()
+        hub = fleet.hub_get("/api/v1/hub/reports/showback", params={"month": month}).json()
         after = _team_hours(fleet.member_api(name, f"/api/v1/showback?month={month}"))
         mine = {r["team"]: r["held_gpu_hours"] for r in hub["rows"] if r["cluster"] == name}
         assert before, f"{name} should have showback rows"
@@ -251,7 +260,7 @@ def test_cross_cluster_advice_names_the_waiting_and_the_idle_cluster(fleet: Flee
     assert " p50 for A100; cluster beta had " in a["text"]
     assert a["jobs"] >= len(waiting) - 1  # jobs seen waiting (one may have started since)
     assert a["teams"] == ["nlp", "vision"]
-    weekly = httpx.get(fleet.hub_url + "/api/v1/hub/reports/weekly").json()
+    weekly = fleet.hub_get("/api/v1/hub/reports/weekly").json()
     assert any(w["waiting_cluster"] == "alpha" for w in weekly["advice"])
 
 
@@ -263,7 +272,7 @@ def test_a_stopped_member_is_stale_keeps_its_figures_and_comes_back(fleet: Fleet
     assert stale["pulled_at"] >= before["pulled_at"]
     assert stale["last_error"]
     assert fleet.overview()["totals"]["stale"] == 1
-    page = httpx.get(fleet.hub_url + "/").text
+    page = fleet.hub_get("/").text
     row = page.split('id="cluster-beta"', 1)[1].split("</tr>", 1)[0]
     assert 'data-state="stale"' in row
     assert ">64<" in row
@@ -308,6 +317,10 @@ def test_fleet_overview_and_drill_down_in_a_browser(fleet: Fleet, browser: Any, 
         "response", lambda r: errors.append(r.url) if r.status >= 400 and "favicon" not in r.url else None
     )
     page.goto(fleet.hub_url + "/")
+    page.wait_for_url(fleet.hub_url + "/login")  # web.token is set: log in first
+    page.fill("#token", HUB_TOKEN)
+    page.click("#login")
+    page.wait_for_url(fleet.hub_url + "/")
     assert page.locator("#clusters tbody tr").count() == 3
     for name in ("alpha", "beta", "gamma"):
         assert page.locator(f"#cluster-{name}").get_attribute("data-state") == "ok"
@@ -348,16 +361,16 @@ def test_a_second_hub_replica_serves_the_same_and_takes_over(fleet: Fleet) -> No
     fleet.args["hub2"] = [*fleet.args["hub"][:-1], str(port), "--verbose"]  # INFO: "leader now"
     fleet.start("hub2")
     second = f"http://127.0.0.1:{port}"
-    seen = _until("the second hub serves", lambda: httpx.get(second + "/api/v1/hub/overview").json())
+    seen = _until("the second hub serves", lambda: fleet.hub_get("/api/v1/hub/overview", second).json())
     assert [c["name"] for c in seen["clusters"]] == ["alpha", "beta", "gamma"]
     log = (fleet.base / "hub2.log").read_text()
     assert "leader now" not in log  # the first hub holds the lock
     fleet.stop("hub")
-    stopped_at = httpx.get(second + "/api/v1/hub/overview").json()["at"]
+    stopped_at = fleet.hub_get("/api/v1/hub/overview", second).json()["at"]
     for name in ("alpha", "beta", "gamma"):
         _until(
             f"{name} pulled by the second hub",
-            lambda n=name: next(c for c in httpx.get(second + "/api/v1/hub/overview").json()["clusters"]
+            lambda n=name: next(c for c in fleet.hub_get("/api/v1/hub/overview", second).json()["clusters"]
                                 if c["name"] == n)["last_success_at"] > stopped_at,
         )  # fmt: skip
     assert "leader now" in (fleet.base / "hub2.log").read_text()

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 from tests.hub.conftest import hub_settings
 
+from gpusteward.hub.access import COOKIE
 from gpusteward.hub.app import create_hub_app
 from gpusteward.hub.settings import HubSettings
 from gpusteward.hub.store import HubStore, Pulled
@@ -128,3 +130,30 @@ def test_showback_per_team_and_cluster(client: TestClient, hub_store: HubStore) 
     assert client.get("/api/v1/hub/reports/showback", params={"month": "2026-13"}).status_code == 422
     page = client.get("/reports/showback", params={"month": "2026-11"}).text
     assert "<td>nlp</td>" in page
+
+
+def test_with_a_token_every_page_and_api_route_needs_it(hub_store: HubStore) -> None:
+    settings = _settings(hub_store.schema)
+    settings.web.token = SecretStr("hub-s3cret")
+    with TestClient(create_hub_app(settings, hub_store, now=lambda: NOW)) as c:
+        refused = c.get("/api/v1/hub/overview")
+        assert refused.status_code == 401
+        assert "script-src 'self'" in refused.headers["content-security-policy"]
+        assert c.get("/api/v1/hub/overview", headers={"authorization": "Bearer nope"}).status_code == 401
+        assert (
+            c.get("/api/v1/hub/overview", headers={"authorization": "Bearer hub-s3cret"}).status_code == 200
+        )
+        assert c.get("/", follow_redirects=False).headers["location"] == "/login"
+        assert c.get("/healthz").status_code == 200
+        assert c.get("/static/style.css").status_code == 200
+        assert c.post("/login", data={"token": "nope"}).status_code == 401
+        assert c.post("/login", content=b"token=x", headers={"content-type": "text/plain"}).status_code == 415
+        done = c.post("/login", data={"token": "hub-s3cret"}, follow_redirects=False)
+        assert done.status_code == 303
+        cookie = done.cookies.get(COOKIE)
+        assert cookie
+        assert "hub-s3cret" not in cookie  # an HMAC of it, never the token
+        assert c.get("/").status_code == 200  # the client keeps the cookie
+        assert c.get("/findings").status_code == 200
+        c.cookies.set(COOKIE, "f" * 64)
+        assert c.get("/", follow_redirects=False).status_code == 303

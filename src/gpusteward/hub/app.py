@@ -14,15 +14,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from gpusteward.hub import report, views
+from gpusteward.hub.access import COOKIE, HubAccess, RequireAccess
 from gpusteward.hub.settings import HubSettings
 from gpusteward.hub.store import HubStore
 from gpusteward.report.charts import bar_chart
 from gpusteward.report.line_chart import line_chart
 from gpusteward.web.app import STATIC
+from gpusteward.web.auth import AuthError, read_form
 from gpusteward.web.data import plain
 from gpusteward.web.pages.base import svg
 from gpusteward.web.security import SecurityHeaders, templates
@@ -58,6 +60,8 @@ def _charts(
 def create_hub_app(settings: HubSettings, store: HubStore, *, now: Any = None) -> FastAPI:
     """The app over ``store``; ``now`` (a callable) is for tests that fix the time."""
     clock = now or (lambda: datetime.now(UTC))
+    token = settings.web.token
+    access = HubAccess(token.get_secret_value() if token is not None else None)
     app = FastAPI(title="gpusteward hub", version="1", docs_url=None, redoc_url=None, openapi_url=None)
 
     def page(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
@@ -73,6 +77,30 @@ def create_hub_app(settings: HubSettings, store: HubStore, *, now: Any = None) -
             "totals": views.totals(rows),
             "advice": views.cross_cluster(settings, store, at - views.DAY, at),
         }
+
+    @app.exception_handler(AuthError)
+    async def _refused(request: Request, e: AuthError) -> Response:
+        return page(request, "hub_message.html.j2", e.status, title="Refused", text=e.message)
+
+    @app.get("/login", response_class=HTMLResponse)
+    def login_form(request: Request) -> Response:
+        return page(request, "hub_login.html.j2", failed=False)
+
+    @app.post("/login", response_class=HTMLResponse)
+    async def login(request: Request) -> Response:
+        form = await read_form(request, max_bytes=4096)
+        if not access.token_ok(form.get("token", "").strip()):
+            return page(request, "hub_login.html.j2", 401, failed=True)
+        resp = RedirectResponse("/", status_code=303)
+        if access.required:
+            resp.set_cookie(
+                COOKIE,
+                access.cookie_value(),
+                httponly=True,
+                samesite="strict",
+                secure=settings.web.secure_cookies,
+            )
+        return resp
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, bool]:
@@ -155,5 +183,6 @@ def create_hub_app(settings: HubSettings, store: HubStore, *, now: Any = None) -
         return JSONResponse(plain(report.showback(settings, store, month)))
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(RequireAccess, access=access)
+    app.add_middleware(SecurityHeaders)  # outermost: refusals carry the CSP too
     return app

@@ -69,6 +69,12 @@ class HubWebSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     listen: str = Field("127.0.0.1:8090", description="HOST:PORT the hub's pages are served on.")
+    token: SecretStr | None = Field(
+        None,
+        description="A token people and scripts must give to read the hub (login form, or "
+        "`Authorization: Bearer`). Unset: open to whoever reaches listen.",
+    )
+    secure_cookies: bool = Field(False, description="Send the login cookie over HTTPS only (behind TLS).")
     shutdown_grace_seconds: int = Field(
         10, ge=1, le=600, description="After SIGTERM, how long running requests may finish."
     )
