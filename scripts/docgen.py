@@ -98,8 +98,19 @@ def _rows(model: type[BaseModel], prefix: str) -> tuple[list[str], list[tuple[st
 def config_reference() -> str:
     from gpusteward.runtime.config import Settings
 
+    return settings_reference(Settings)
+
+
+def hub_config_reference() -> str:
+    from gpusteward.hub.settings import HubSettings
+
+    return settings_reference(HubSettings)
+
+
+def settings_reference(root: type[BaseModel]) -> str:
+    """Every key of a config file's settings model, section by section."""
     out: list[str] = []
-    top, sections = _rows(Settings, "")
+    top, sections = _rows(root, "")
     out += [
         "## Top level",
         "",
@@ -234,6 +245,7 @@ def default_pack() -> str:
 
 GENERATORS = {
     "config": config_reference,
+    "hub-config": hub_config_reference,
     "cli": cli_reference,
     "api": api_reference,
     "rule-fields": rule_fields,
