@@ -19,16 +19,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from gpusteward.domain.cloud import Instance, InstanceControl, instance_workload_id
 from gpusteward.domain.errors import ConfigError, ExecutionError, SourceError
-from gpusteward.domain.models import Gpu, Metric, Workload
+from gpusteward.domain.models import Gpu, Workload
 from gpusteward.domain.ports import Clock
 from gpusteward.policy.instance_settings import InstanceSettings
 from gpusteward.policy.instances import InstanceInput, InstancePlan, match_nodes, plan_instances
 from gpusteward.policy.parking import NodeView
 from gpusteward.runtime.instance_executor import InstanceExecutor, instance_workload
+from gpusteward.runtime.node_idle import nodes_now
 from gpusteward.store.window import WindowView
 
 if TYPE_CHECKING:
@@ -99,37 +98,28 @@ class InstanceStep:
         self, now: datetime, view: WindowView, gpus: Mapping[str, Gpu], workloads: Mapping[str, Workload]
     ) -> list[NodeView]:
         """Every node with GPUs now, and since when all of them have been free and idle."""
-        by_node: dict[str, list[Gpu]] = {}
-        for g in gpus.values():
-            by_node.setdefault(g.node, []).append(g)
-        held = {u for w in workloads.values() for u in w.gpu_uuids}
-        age, util = view.age_s(), view.last(Metric.GPU_UTIL)
+        now_nodes = nodes_now(
+            view, gpus, workloads, stale_after_s=self.stale_after_s, idle_util_pct=self.settings.idle_util_pct
+        )
         out = []
-        for name in sorted(by_node):
-            gs = sorted(by_node[name], key=lambda g: g.index)
-            n_held = sum(g.uuid in held for g in gs)
-            idx = [view.index_of(g.uuid) for g in gs]
-            idle = n_held == 0 and all(
-                i is not None
-                and bool(age[i] <= self.stale_after_s)
-                and bool(np.isfinite(util[i]))
-                and float(util[i]) <= self.settings.idle_util_pct
-                for i in idx
-            )
-            if idle:
+        for node in now_nodes:
+            name = node.name
+            if node.idle:
                 self._free_since.setdefault(name, now)
             else:
                 self._free_since.pop(name, None)
             out.append(
                 NodeView(
                     name=name,
-                    pool=gs[0].pool,
-                    gpu_uuids=tuple(g.uuid for g in gs),
-                    held=n_held,
+                    pool=node.gpus[0].pool,
+                    gpu_uuids=tuple(g.uuid for g in node.gpus),
+                    held=node.held,
                     free_since=self._free_since.get(name),
                 )
             )
-        for gone in set(self._free_since) - set(by_node):  # a stopped node starts over when back
+        for gone in set(self._free_since) - {
+            n.name for n in now_nodes
+        }:  # a stopped node starts over when back
             del self._free_since[gone]
         return out
 

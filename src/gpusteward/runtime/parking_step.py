@@ -18,15 +18,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-
 from gpusteward.domain.errors import ConfigError, ExecutionError, SourceError
-from gpusteward.domain.models import Gpu, Metric, Workload, utc
+from gpusteward.domain.models import Gpu, Workload, utc
 from gpusteward.domain.nodes import NodeControl, NodeState
 from gpusteward.domain.ports import Clock
 from gpusteward.policy.parking import NodeView, ParkingInput, ParkingPlan, PoolForecast, plan_parking
 from gpusteward.policy.parking_settings import ParkingSettings
 from gpusteward.runtime.insights_settings import ForecastSettings
+from gpusteward.runtime.node_idle import nodes_now
 from gpusteward.runtime.parking_executor import NodeParkingExecutor, drained_for_health, node_workload
 from gpusteward.runtime.tide_step import TideOutcome
 from gpusteward.store.window import WindowView
@@ -110,23 +109,11 @@ class ParkingStep:
         workloads: Mapping[str, Workload],
         states: Mapping[str, NodeState],
     ) -> list[NodeView]:
-        by_node: dict[str, list[Gpu]] = {}
-        for g in gpus.values():
-            by_node.setdefault(g.node, []).append(g)
-        held = {u for w in workloads.values() for u in w.gpu_uuids}
-        age, util = view.age_s(), view.last(Metric.GPU_UTIL)
         out = []
-        for name in sorted(by_node):
-            gs = sorted(by_node[name], key=lambda g: g.index)
-            n_held = sum(g.uuid in held for g in gs)
-            idx = [view.index_of(g.uuid) for g in gs]
-            idle = n_held == 0 and all(
-                i is not None
-                and bool(age[i] <= self.stale_after_s)
-                and bool(np.isfinite(util[i]))
-                and float(util[i]) <= self.settings.idle_util_pct
-                for i in idx
-            )
+        for node in nodes_now(
+            view, gpus, workloads, stale_after_s=self.stale_after_s, idle_util_pct=self.settings.idle_util_pct
+        ):
+            name, gs, n_held, idle = node.name, node.gpus, node.held, node.idle
             st = states.get(name)
             # A node drained for a failed GPU is not parking's to unpark: it counts as someone else's.
             drained = st is not None and drained_for_health(st)
