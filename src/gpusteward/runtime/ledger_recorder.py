@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from operator import attrgetter
 from typing import Any, Protocol
 
 from gpusteward.analysis.cost import PriceTable
@@ -37,14 +36,20 @@ from gpusteward.domain.records import (
     DailyAmounts,
     DailyKey,
     Mark,
-    ShowbackAmounts,
-    ShowbackKey,
     UsageAmounts,
     UsageKey,
     day_key,
 )
 from gpusteward.domain.store_ports import HasLedger, WorkloadBook
 from gpusteward.runtime.runner import ActionResult
+from gpusteward.runtime.showback_recorder import (
+    NOBODY,
+    RECLAIMED,
+    UNKNOWN_MODEL,
+    WASTED,
+    ShowbackPending,
+    model_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +60,6 @@ _WASTE = "waste:"
 _SAVED = "saved:"
 #: A finished savings mark is kept this long, so a later step on the same stop is not credited again.
 _KEEP_DONE = timedelta(days=7)
-_NOBODY = Owner("(unallocated)")
-_UNKNOWN_MODEL = "unknown"
-_SAMPLE_FIELDS = attrgetter("gpu_uuid", "at", "gpu_util_pct", "power_w")
-# Showback amounts in a pending list, in ShowbackAmounts' field order.
-_HELD, _USED, _WASTED, _RECLAIMED, _SPEND, _KWH, _POWER_COST = range(7)
 
 
 class RecorderStore(WorkloadBook, HasLedger, Protocol):
@@ -109,7 +109,7 @@ class LedgerRecorder:
         # Pending amounts as plain lists (one tick adds thousands): see _DAILY / _flush_usage.
         self._daily: dict[DailyKey, list[float]] = {}
         self._usage: dict[tuple[str, str], list[Any]] = {}
-        self._showback: dict[ShowbackKey, list[float]] = {}
+        self._showback = ShowbackPending(prices)
         self._kinds: dict[str, str] = {}
         self._prev_at: datetime | None = None
         self._flushed_at: datetime | None = None
@@ -139,21 +139,6 @@ class LedgerRecorder:
         else:
             for i, v in enumerate(amounts):
                 acc[i] += v
-
-    def _acc(self, day: str, owner: Owner, model: str) -> list[float]:
-        """The pending showback amounts of (day, owner, model) at the configured rate."""
-        key = ShowbackKey(day, owner.team, owner.user, model, self.prices.rate, self.prices.currency)
-        acc = self._showback.get(key)
-        if acc is None:
-            acc = self._showback[key] = [0.0] * 7
-        return acc
-
-    def _show(self, day: str, owner: Owner, model: str, at: int, amount: float) -> None:
-        self._acc(day, owner, model)[at] += amount
-
-    def _model(self, uuid: str, gpus: Mapping[str, Gpu]) -> str:
-        gpu = gpus.get(uuid)
-        return gpu.model if gpu is not None and gpu.model else _UNKNOWN_MODEL
 
     # -- one tick -----------------------------------------------------------------------------
     def record(
@@ -198,7 +183,7 @@ class LedgerRecorder:
         ):
             self._kinds[f.rule] = f.kind
             w = workloads.get(f.workload_id or "")
-            owner = w.owner if w is not None else _NOBODY
+            owner = w.owner if w is not None else NOBODY
             began = f.at - timedelta(minutes=max(0.0, f.wasted_minutes))
             for uuid in f.gpu_uuids:
                 prev = until.get(uuid)
@@ -211,7 +196,7 @@ class LedgerRecorder:
                     cost = hours * price + self.prices.energy_cost(kwh)
                     key = DailyKey(day, self.prices.currency, owner.user, owner.team, f.kind)
                     self._bump(key, (hours, cost, kwh, 0.0, 0.0, 0.0))
-                    self._show(day, owner, self._model(uuid, gpus), _WASTED, hours)
+                    self._showback.add(day, owner, model_of(uuid, gpus), WASTED, hours)
                 until[uuid] = f.at
                 self._dirty.add(_WASTE + uuid)
 
@@ -250,7 +235,7 @@ class LedgerRecorder:
                 "gpus": len(w.gpu_uuids),
                 "price": sum(self._price(u, gpus) for u in w.gpu_uuids),
                 "kw": sum(watts) / 1000 if watts else None,
-                "model": self._model(w.gpu_uuids[0], gpus) if w.gpu_uuids else _UNKNOWN_MODEL,
+                "model": model_of(w.gpu_uuids[0], gpus) if w.gpu_uuids else UNKNOWN_MODEL,
                 "ends": end.isoformat(),
             }
             if end > now:
@@ -275,7 +260,7 @@ class LedgerRecorder:
                 )
                 self._bump(k, (0.0, 0.0, 0.0, gpu_hours, cost, 0.0))
                 owner = Owner(str(data["user"]), str(data["team"]))
-                self._show(day, owner, str(data.get("model", _UNKNOWN_MODEL)), _RECLAIMED, gpu_hours)
+                self._showback.add(day, owner, str(data.get("model", UNKNOWN_MODEL)), RECLAIMED, gpu_hours)
             self._dirty.add(key)
             if upto >= ends:
                 del self._active[key]
@@ -318,53 +303,12 @@ class LedgerRecorder:
     def _held(
         self, now: datetime, obs: Observation, workloads: Mapping[str, Workload], gpus: Mapping[str, Gpu]
     ) -> None:
-        """Showback: each GPU with a fresh utilisation sample was held (by its workload, or by
-        nobody) since the last tick, priced at its rate; its measured power is charged too."""
+        """Showback: each GPU with a fresh utilisation sample was held since the last tick."""
         if self._prev_at is None:
             return
         hours = min(max(0.0, (now - self._prev_at).total_seconds()), self.max_gap_s) / 3600
-        if hours <= 0:
-            return
-        # Owners by number (an int hashes in C, an Owner in Python): a tick sees 10,000s of GPUs.
-        owners: list[Owner] = [_NOBODY]
-        number: dict[tuple[str, str], int] = {(_NOBODY.user, _NOBODY.team): 0}
-        holder: dict[str, int] = {}
-        for w in workloads.values():
-            n = number.setdefault((w.owner.user, w.owner.team), len(owners))
-            if n == len(owners):
-                owners.append(w.owner)
-            holder.update(dict.fromkeys(w.gpu_uuids, n))
-        prev, find, default_price = self._prev_at, gpus.get, self.prices.default_per_hour
-        # Sums per (owner, model) first, multiplied by the hours once.
-        sums: dict[tuple[int, str], list[float]] = {}
-        for uuid, at, util, power in map(_SAMPLE_FIELDS, obs.samples):
-            if util is None or at <= prev:
-                continue  # no data this tick is not use
-            gpu = find(uuid)
-            if gpu is None:
-                model, price = _UNKNOWN_MODEL, default_price
-            else:
-                model, price = gpu.model or _UNKNOWN_MODEL, gpu.price_per_hour
-                if price <= 0:
-                    price = self.prices.price_for(gpu.model)
-            key = (holder.get(uuid, 0), model)
-            acc = sums.get(key)
-            if acc is None:
-                acc = sums[key] = [0.0, 0.0, 0.0, 0.0]
-            acc[0] += 1.0
-            acc[1] += 0.0 if util < 0 else 100.0 if util > 100 else util
-            acc[2] += price
-            if power is not None:
-                acc[3] += power
-        day = day_key(now)
-        for (who, model), (count, util_sum, price_sum, watts) in sums.items():
-            out = self._acc(day, owners[who], model)
-            out[_HELD] += count * hours
-            out[_USED] += util_sum / 100 * hours
-            out[_SPEND] += price_sum * hours
-            kwh = watts / 1000 * hours
-            out[_KWH] += kwh
-            out[_POWER_COST] += self.prices.energy_cost(kwh)
+        if hours > 0:
+            self._showback.held(day_key(now), hours, self._prev_at, obs, workloads, gpus)
 
     def _marks(self) -> tuple[list[Mark], set[str]]:
         """The dirty marks to save, and the finished ones old enough to forget."""
@@ -390,11 +334,12 @@ class LedgerRecorder:
         marks, old = self._marks()
         daily = {k: DailyAmounts(v[0], v[1], v[2], v[3], v[4], int(v[5])) for k, v in self._daily.items()}
         usage = {UsageKey(day, wid): UsageAmounts(*acc) for (day, wid), acc in self._usage.items()}
-        showback = {k: ShowbackAmounts(*v) for k, v in self._showback.items()}
+        showback = self._showback.amounts()
         late_day = day_key(now or until or self._prev_at or datetime.now(tz=UTC))
         self.ledger.add(daily, usage, marks, old, showback=showback, late_day=late_day)
         for k in old:
             del self._done[k]
-        self._daily, self._usage, self._showback = {}, {}, {}
+        self._daily, self._usage = {}, {}
+        self._showback.clear()
         self._dirty = set()
         self._flushed_at = now or until or self._prev_at
