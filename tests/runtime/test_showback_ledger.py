@@ -4,6 +4,7 @@ ledger to the cent, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import defaultdict
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpusteward.analysis.cost import PriceTable
+from gpusteward.domain.cloud import Instance, Lifecycle
+from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import (
     Finding,
     Gpu,
@@ -26,6 +29,7 @@ from gpusteward.domain.models import (
 from gpusteward.domain.records import ShowbackKey
 from gpusteward.runtime.ledger_recorder import LedgerRecorder
 from gpusteward.store.db import StateStore
+from gpusteward.store.memory import MemoryStore
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 END = datetime(2026, 12, 1, tzinfo=UTC)
@@ -171,3 +175,86 @@ def test_a_month_that_has_not_ended_cannot_be_closed(state: StateStore) -> None:
         state.ledger.close_month("2026-11", datetime(2026, 11, 30, 23, 59, tzinfo=UTC))
     with pytest.raises(ValueError, match="YYYY-MM"):
         state.ledger.close_month("2026-13", datetime(2027, 1, 1, tzinfo=UTC))
+
+
+class Instances:
+    """The cloud's instances behind the nodes (the ``InstanceControl`` read the recorder makes):
+    n1 on spot, n2 on-demand (under a reserved configured rate), n0 on no known instance; the
+    cloud cannot be read every seventh time."""
+
+    name = "test-cloud"
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.by_node = {
+            node: Instance(f"i-{node}", node, "p5.48xlarge", life, "running", START, 2)
+            for node, life in (("n1", Lifecycle.SPOT), ("n2", Lifecycle.ON_DEMAND))
+        }
+
+    def instances(self) -> dict[str, Instance]:
+        self.reads += 1
+        if self.reads % 7 == 0:
+            raise SourceError("ec2: connection refused")
+        return dict(self.by_node)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore | MemoryStore]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    s = StateStore(f"sqlite:///{tmp_path / 's.db'}")
+    s.create_schema()
+    yield s
+    s.close()
+
+
+def test_each_gpu_is_priced_at_its_nodes_instance_rate_to_the_cent(
+    any_store: StateStore | MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    cloud = Instances()
+    rec = LedgerRecorder(any_store, PRICES, flush_every_s=3600, instances=cloud)
+    node_rate = {"n0": "reserved", "n1": "spot", "n2": "on-demand"}
+    expected: dict[tuple[str, str], float] = defaultdict(float)
+    prev: datetime | None = None
+    ticks_seen = 0
+    with caplog.at_level(logging.INFO, logger="gpusteward.runtime.showback_recorder"):
+        for at, obs in ticks(seed=18):
+            rec.record(at, obs, {w.id: w for w in obs.workloads}, [], [], GPUS)
+            ticks_seen += 1
+            if prev is not None:
+                hours = min((at - prev).total_seconds(), 900) / 3600
+                team_of = {u: w.owner.team for w in obs.workloads for u in w.gpu_uuids}
+                for s in obs.samples:
+                    if s.gpu_util_pct is None or s.at <= prev:
+                        continue
+                    gpu = GPUS[s.gpu_uuid]
+                    rate = node_rate[gpu.node]
+                    expected[(team_of.get(s.gpu_uuid, ""), rate)] += hours * PRICES.price(gpu.model, rate)  # type: ignore[arg-type]
+            prev = at
+    rec.flush(prev)
+    assert cloud.reads == ticks_seen  # once a tick
+    got: dict[tuple[str, str], float] = defaultdict(float)
+    for r in any_store.ledger.showback(date(2026, 11, 1), date(2026, 12, 1)):
+        assert r.key.rate == node_rate[{g.model: g.node for g in GPUS.values()}[r.key.gpu_model]]
+        got[(r.key.team, r.key.rate)] += r.amounts.spend
+    assert {k: round(v, 2) for k, v in got.items()} == {k: round(v, 2) for k, v in expected.items()}
+    assert {rate for _, rate in got} == {"spot", "on-demand", "reserved"}
+    # The failed reads kept the last known rates, and said so once per outage.
+    failures = [r for r in caplog.records if "cannot read the instances" in r.getMessage()]
+    assert len(failures) == cloud.reads // 7
+
+
+def test_a_cloud_never_read_leaves_the_configured_rate(tmp_path: Path) -> None:
+    cloud = Instances()
+    cloud.reads = 6  # the first read fails: no rate known yet
+    store = MemoryStore()
+    rec = LedgerRecorder(store, PRICES, instances=cloud)
+    w = Workload("j", WorkloadKind.JOB, "j", Owner("alice", "vision"), 1, ("g2",), START)
+    for minutes in (0, 10):
+        at = START + timedelta(minutes=minutes)
+        rec.record(at, Observation(at, (), (Sample("g2", at, 50.0),), (w,)), {"j": w}, [], [], GPUS)
+    # Tick 1 failed (configured reserved rate; no hours yet), tick 2 read n1 as spot.
+    [row] = store.ledger.showback(date(2026, 11, 1), date(2026, 11, 2))
+    assert row.key.rate == "spot"
+    assert row.amounts.spend == pytest.approx(10 / 60 * PRICES.price("NVIDIA A100-SXM4-80GB", "spot"))

@@ -21,6 +21,7 @@ from gpusteward.runtime.health_step import build_health
 from gpusteward.runtime.insights import build_insights
 from gpusteward.runtime.instance_step import build_instance_step
 from gpusteward.runtime.interruption_step import build_interruption
+from gpusteward.runtime.ledger_recorder import LedgerRecorder
 from gpusteward.runtime.loop import Steward
 from gpusteward.runtime.notify_wiring import build_notifier
 from gpusteward.runtime.parking_step import build_parking
@@ -116,6 +117,7 @@ def build_steward(
         clock=clock,
         policy=settings.policy,
         prices=settings.cost,
+        ledger=LedgerRecorder(store, settings.cost, instances=integration.instances),
         stale_after_s=settings.analysis.stale_after_seconds,
         backoff_max_s=settings.source.backoff_max_seconds,
     )

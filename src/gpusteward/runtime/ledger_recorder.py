@@ -10,7 +10,8 @@
   later (an estimate, the live loop cannot know); a backtest passes what the trace shows.
 * **Use**: per workload and day, the GPU-hours held and the utilisation-weighted busy GPU-hours
   of the samples the source had (efficiency), and the GPUs an advice rule found idle.
-* **Showback**: per day, team, owner, GPU model and rate: GPU-hours held (unheld GPUs: "(unallocated)"),
+* **Showback** (runtime/showback_recorder.py): per day, team, owner, GPU model and rate (the node's
+  instance lifecycle where known): GPU-hours held (unheld GPUs: "(unallocated)"),
   used, wasted, reclaimed; the held hours' spend at the GPU's price, the measured power's cost.
 """
 
@@ -21,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from gpusteward.analysis.cost import PriceTable
+from gpusteward.analysis.cost import RATES, PriceTable, Rate
+from gpusteward.domain.cloud import InstanceControl
 from gpusteward.domain.models import (
     ActionStatus,
     Finding,
@@ -47,6 +49,7 @@ from gpusteward.runtime.showback_recorder import (
     RECLAIMED,
     UNKNOWN_MODEL,
     WASTED,
+    NodeRates,
     ShowbackPending,
     model_of,
 )
@@ -60,6 +63,11 @@ _WASTE = "waste:"
 _SAVED = "saved:"
 #: A finished savings mark is kept this long, so a later step on the same stop is not credited again.
 _KEEP_DONE = timedelta(days=7)
+
+
+def _rate(saved: object, default: Rate) -> Rate:
+    """A stop's rate as its mark saved it (marks older than rates have none)."""
+    return next((r for r in RATES if r == saved), default)
 
 
 class RecorderStore(WorkloadBook, HasLedger, Protocol):
@@ -90,6 +98,7 @@ class LedgerRecorder:
         flush_every_s: float = 0.0,
         max_gap_s: float = 900.0,
         savings_end: SavingsEnd | None = None,
+        instances: InstanceControl | None = None,
     ) -> None:
         self.ledger = store.ledger
         self.store = store
@@ -98,6 +107,8 @@ class LedgerRecorder:
         #: The longest time between two ticks counted as use (an agent that was down saw nothing).
         self.max_gap_s = max_gap_s
         self.savings_end: SavingsEnd = savings_end or self._horizon
+        #: Each node's rate from its cloud instance (``instances``), read once a tick.
+        self.rates = NodeRates(instances)
         self._loaded = False
         #: Waste counted per GPU up to this time.
         self._waste_until: dict[str, datetime] = {}
@@ -151,6 +162,7 @@ class LedgerRecorder:
         gpus: Mapping[str, Gpu],
     ) -> None:
         self._load()
+        self.rates.refresh(g.node for g in gpus.values())
         power = {s.gpu_uuid: s.power_w for s in obs.samples if s.power_w is not None} if obs else {}
         self._waste(findings, workloads, gpus, power)
         self._stops(now, actions, workloads, gpus, power)
@@ -163,11 +175,9 @@ class LedgerRecorder:
         if due or day_key(now) != day_key(self._flushed_at or now):
             self.flush(now)
 
-    def _price(self, uuid: str, gpus: Mapping[str, Gpu]) -> float:
-        gpu = gpus.get(uuid)
-        if gpu is None:
-            return self.prices.default_per_hour
-        return gpu.price_per_hour if gpu.price_per_hour > 0 else self.prices.price_for(gpu.model)
+    def _price(self, uuid: str, gpus: Mapping[str, Gpu]) -> tuple[Rate, float]:
+        """The rate and price of one GPU-hour of ``uuid``: its node's (``NodeRates``)."""
+        return self.rates.price(self.prices, gpus.get(uuid))
 
     def _waste(
         self,
@@ -190,13 +200,13 @@ class LedgerRecorder:
                 start = began if prev is None or prev < began else prev
                 if f.at <= start:
                     continue
-                price, watts = self._price(uuid, gpus), power.get(uuid)
+                (rate, price), watts = self._price(uuid, gpus), power.get(uuid)
                 for day, hours in split_days(start, f.at):
                     kwh = watts / 1000 * hours if watts is not None else 0.0
                     cost = hours * price + self.prices.energy_cost(kwh)
                     key = DailyKey(day, self.prices.currency, owner.user, owner.team, f.kind)
                     self._bump(key, (hours, cost, kwh, 0.0, 0.0, 0.0))
-                    self._showback.add(day, owner, model_of(uuid, gpus), WASTED, hours)
+                    self._showback.add(day, owner, model_of(uuid, gpus), rate, WASTED, hours)
                 until[uuid] = f.at
                 self._dirty.add(_WASTE + uuid)
 
@@ -233,7 +243,8 @@ class LedgerRecorder:
                 "team": w.owner.team,
                 "kind": kind,
                 "gpus": len(w.gpu_uuids),
-                "price": sum(self._price(u, gpus) for u in w.gpu_uuids),
+                "price": sum(self._price(u, gpus)[1] for u in w.gpu_uuids),
+                "rate": self._price(w.gpu_uuids[0], gpus)[0] if w.gpu_uuids else self.prices.rate,
                 "kw": sum(watts) / 1000 if watts else None,
                 "model": model_of(w.gpu_uuids[0], gpus) if w.gpu_uuids else UNKNOWN_MODEL,
                 "ends": end.isoformat(),
@@ -260,7 +271,8 @@ class LedgerRecorder:
                 )
                 self._bump(k, (0.0, 0.0, 0.0, gpu_hours, cost, 0.0))
                 owner = Owner(str(data["user"]), str(data["team"]))
-                self._showback.add(day, owner, str(data.get("model", UNKNOWN_MODEL)), RECLAIMED, gpu_hours)
+                model, rate = str(data.get("model", UNKNOWN_MODEL)), _rate(data.get("rate"), self.prices.rate)
+                self._showback.add(day, owner, model, rate, RECLAIMED, gpu_hours)
             self._dirty.add(key)
             if upto >= ends:
                 del self._active[key]
@@ -308,7 +320,7 @@ class LedgerRecorder:
             return
         hours = min(max(0.0, (now - self._prev_at).total_seconds()), self.max_gap_s) / 3600
         if hours > 0:
-            self._showback.held(day_key(now), hours, self._prev_at, obs, workloads, gpus)
+            self._showback.held(day_key(now), hours, self._prev_at, obs, workloads, gpus, self.rates)
 
     def _marks(self) -> tuple[list[Mark], set[str]]:
         """The dirty marks to save, and the finished ones old enough to forget."""

@@ -1,17 +1,28 @@
 """The showback part of the ledger recorder (``runtime.ledger_recorder``): per day, team, owner,
 GPU model and rate, the GPU-hours held (unheld GPUs: "(unallocated)"), used, wasted, reclaimed;
 the held hours' spend at the GPU's price, the measured power's cost. Amounts wait here until the
-recorder flushes them with the rest of the ledger."""
+recorder flushes them with the rest of the ledger.
+
+A GPU's rate is its node's: where the cloud instance behind the node is known (``NodeRates``, from
+the integration's ``instances``), the instance's lifecycle (on-demand, reserved, spot) and the price
+table's price for it; elsewhere the configured ``cost.rate`` and the GPU's own price.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from operator import attrgetter
 
-from gpusteward.analysis.cost import PriceTable
+from gpusteward.analysis.cost import PriceTable, Rate
+from gpusteward.domain.cloud import InstanceControl, Lifecycle
+from gpusteward.domain.errors import ExecutionError, SourceError
 from gpusteward.domain.models import Gpu, Observation, Owner, Workload
 from gpusteward.domain.records import ShowbackAmounts, ShowbackKey
+from gpusteward.policy.instances import match_nodes
+
+log = logging.getLogger(__name__)
 
 NOBODY = Owner("(unallocated)")
 UNKNOWN_MODEL = "unknown"
@@ -20,9 +31,53 @@ _SAMPLE_FIELDS = attrgetter("gpu_uuid", "at", "gpu_util_pct", "power_w")
 HELD, USED, WASTED, RECLAIMED, SPEND, KWH, POWER_COST = range(7)
 
 
+_RATE_OF: Mapping[Lifecycle, Rate] = {
+    Lifecycle.ON_DEMAND: "on-demand",
+    Lifecycle.RESERVED: "reserved",
+    Lifecycle.SPOT: "spot",
+}
+
+
 def model_of(uuid: str, gpus: Mapping[str, Gpu]) -> str:
     gpu = gpus.get(uuid)
     return gpu.model if gpu is not None and gpu.model else UNKNOWN_MODEL
+
+
+class NodeRates:
+    """Each node's rate, from the lifecycle of the cloud instance behind it (none without
+    ``control``). Read once a tick; when the cloud cannot be read, the last map read is kept (a
+    node's lifecycle does not change while its instance lives) and the failure is logged once."""
+
+    def __init__(self, control: InstanceControl | None = None) -> None:
+        self.control = control
+        #: Rate by the cluster's node name; a node not here is priced at the configured rate.
+        self.by_node: dict[str, Rate] = {}
+        self._failing = False
+
+    def refresh(self, node_names: Iterable[str]) -> None:
+        if self.control is None:
+            return
+        try:
+            found = self.control.instances()
+        except (SourceError, ExecutionError) as e:
+            if not self._failing:
+                log.warning("showback keeps the last known node rates: cannot read the instances: %s", e)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("showback reads the instances' rates again")
+        self._failing = False
+        matched = match_nodes(found, sorted(set(node_names)))
+        self.by_node = {node: _RATE_OF[inst.lifecycle] for node, inst in matched.items()}
+
+    def price(self, prices: PriceTable, gpu: Gpu | None) -> tuple[Rate, float]:
+        """The rate and price of one GPU-hour of ``gpu`` (None: a GPU never described)."""
+        if gpu is None:
+            return prices.rate, prices.default_per_hour
+        rate = self.by_node.get(gpu.node)
+        if rate is not None:
+            return rate, prices.price(gpu.model, rate)
+        return prices.rate, gpu.price_per_hour if gpu.price_per_hour > 0 else prices.price_for(gpu.model)
 
 
 class ShowbackPending:
@@ -32,16 +87,16 @@ class ShowbackPending:
         self.prices = prices
         self._pending: dict[ShowbackKey, list[float]] = {}
 
-    def acc(self, day: str, owner: Owner, model: str) -> list[float]:
-        """The pending amounts of (day, owner, model) at the configured rate."""
-        key = ShowbackKey(day, owner.team, owner.user, model, self.prices.rate, self.prices.currency)
+    def acc(self, day: str, owner: Owner, model: str, rate: Rate) -> list[float]:
+        """The pending amounts of (day, owner, model, rate)."""
+        key = ShowbackKey(day, owner.team, owner.user, model, rate, self.prices.currency)
         acc = self._pending.get(key)
         if acc is None:
             acc = self._pending[key] = [0.0] * 7
         return acc
 
-    def add(self, day: str, owner: Owner, model: str, column: int, amount: float) -> None:
-        self.acc(day, owner, model)[column] += amount
+    def add(self, day: str, owner: Owner, model: str, rate: Rate, column: int, amount: float) -> None:
+        self.acc(day, owner, model, rate)[column] += amount
 
     def amounts(self) -> dict[ShowbackKey, ShowbackAmounts]:
         return {k: ShowbackAmounts(*v) for k, v in self._pending.items()}
@@ -58,9 +113,10 @@ class ShowbackPending:
         obs: Observation,
         workloads: Mapping[str, Workload],
         gpus: Mapping[str, Gpu],
+        rates: NodeRates,
     ) -> None:
         """Each GPU with a utilisation sample newer than ``prev`` was held (by its workload, or by
-        nobody) for ``hours``, priced at its rate; its measured power is charged too."""
+        nobody) for ``hours``, priced at its node's rate; its measured power is charged too."""
         # Owners by number (an int hashes in C, an Owner in Python): a tick sees 10,000s of GPUs.
         owners: list[Owner] = [NOBODY]
         number: dict[tuple[str, str], int] = {(NOBODY.user, NOBODY.team): 0}
@@ -70,20 +126,16 @@ class ShowbackPending:
             if n == len(owners):
                 owners.append(w.owner)
             holder.update(dict.fromkeys(w.gpu_uuids, n))
-        find, default_price = gpus.get, self.prices.default_per_hour
-        # Sums per (owner, model) first, multiplied by the hours once.
-        sums: dict[tuple[int, str], list[float]] = {}
+        find, prices = gpus.get, self.prices
+        # Sums per (owner, model, rate) first, multiplied by the hours once.
+        sums: dict[tuple[int, str, Rate], list[float]] = {}
         for uuid, at, util, power in map(_SAMPLE_FIELDS, obs.samples):
             if util is None or at <= prev:
                 continue  # no data this tick is not use
             gpu = find(uuid)
-            if gpu is None:
-                model, price = UNKNOWN_MODEL, default_price
-            else:
-                model, price = gpu.model or UNKNOWN_MODEL, gpu.price_per_hour
-                if price <= 0:
-                    price = self.prices.price_for(gpu.model)
-            key = (holder.get(uuid, 0), model)
+            rate, price = rates.price(prices, gpu)
+            model = (gpu.model or UNKNOWN_MODEL) if gpu is not None else UNKNOWN_MODEL
+            key = (holder.get(uuid, 0), model, rate)
             acc = sums.get(key)
             if acc is None:
                 acc = sums[key] = [0.0, 0.0, 0.0, 0.0]
@@ -92,8 +144,8 @@ class ShowbackPending:
             acc[2] += price
             if power is not None:
                 acc[3] += power
-        for (who, model), (count, util_sum, price_sum, watts) in sums.items():
-            out = self.acc(day, owners[who], model)
+        for (who, model, rate), (count, util_sum, price_sum, watts) in sums.items():
+            out = self.acc(day, owners[who], model, rate)
             out[HELD] += count * hours
             out[USED] += util_sum / 100 * hours
             out[SPEND] += price_sum * hours
