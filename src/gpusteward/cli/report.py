@@ -72,6 +72,7 @@ def report(
                 rate=settings.cost.rate,
                 consolidation=settings.consolidation,
                 policy=settings.policy,
+                prices=settings.cost,
             )
         finally:
             store.close()

@@ -16,8 +16,10 @@ from typing import Any
 from gpusteward.report.consolidation import ConsolidationSection
 from gpusteward.report.faults import FaultSection
 from gpusteward.report.insight_rows import InsightRow
+from gpusteward.report.interruptions import InterruptionSection
 from gpusteward.report.queue import QueueSection
 from gpusteward.report.showback import ShowbackSection
+from gpusteward.report.spot import SpotSection
 from gpusteward.store.ledger import DailyRow, LedgerStore, StopRow, UsageRow
 
 #: Efficiency buckets: 0-10 %, 10-20 % ... 90-100 % of held GPU-hours that were busy.
@@ -98,6 +100,10 @@ class ReportData:
     safety: dict[str, Any] | None = None
     #: Per team (cluster) or owner (team page) held, used, wasted, reclaimed and spend (report/showback.py).
     showback: ShowbackSection | None = None
+    #: Spot and reserved GPU-hours and their savings against on-demand (report/spot.py).
+    spot: SpotSection | None = None
+    #: Spot interruptions and checkpoint advice (report/interruptions.py), cluster page only.
+    interruptions: InterruptionSection | None = None
 
     @property
     def efficiency_pct(self) -> float | None:

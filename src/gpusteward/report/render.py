@@ -15,6 +15,7 @@ from typing import Any, Literal
 import jinja2
 from markupsafe import Markup
 
+from gpusteward.analysis.cost import PriceTable
 from gpusteward.domain.errors import ConfigError
 from gpusteward.policy.consolidation import ConsolidationSettings
 from gpusteward.policy.settings import PolicySettings
@@ -23,8 +24,10 @@ from gpusteward.report.consolidation import gather_consolidation
 from gpusteward.report.faults import gather_faults
 from gpusteward.report.figures import BUCKETS, ReportData, gather
 from gpusteward.report.insight_rows import gather_insights
+from gpusteward.report.interruptions import gather_interruptions
 from gpusteward.report.queue import duration, gather_queue
 from gpusteward.report.showback import gather_showback
+from gpusteward.report.spot import gather_spot
 from gpusteward.runtime.rollout import RolloutBook
 from gpusteward.store.db import StateStore
 from gpusteward.store.files import ensure_folder, write_text
@@ -146,10 +149,12 @@ def write_reports(
     rate: str,
     consolidation: ConsolidationSettings | None = None,
     policy: PolicySettings | None = None,
+    prices: PriceTable | None = None,
 ) -> list[Written]:
     """``index.html`` for the cluster and ``team-<name>.html`` per team, into ``out``;
     ``consolidation``: the section's settings (None: the section says consolidation is off);
-    ``policy``: the roll-out settings the safety figures are read with (None: no such section)."""
+    ``policy``: the roll-out settings the safety figures are read with (None: no such section);
+    ``prices``: the on-demand prices spot savings are counted against (None: no such section)."""
     ledger = LedgerStore(store)
     start, stop = period_bounds(ledger, period, end)
     cluster = gather(ledger, start, stop, currency=currency, rate=rate)
@@ -158,6 +163,8 @@ def write_reports(
     cluster.faults = gather_faults(store, start, stop)
     cluster.queue = gather_queue(store, start, stop)
     cluster.showback = gather_showback(ledger, start, stop)
+    cluster.spot = gather_spot(ledger, start, stop, prices) if prices is not None else None
+    cluster.interruptions = gather_interruptions(store, start, stop)
     if policy is not None:
         cluster.safety = RolloutBook(store, policy).safety()
     ensure_folder(out)
@@ -170,6 +177,7 @@ def write_reports(
         data.consolidation = gather_consolidation(store, consolidation, team=team)
         data.faults = gather_faults(store, start, stop, team=team)
         data.showback = gather_showback(ledger, start, stop, team=team)
+        data.spot = gather_spot(ledger, start, stop, prices, team=team) if prices is not None else None
         write_text(out / name, render(data))
         written.append(Written(team, out / name))
     write_text(out / "index.html", render(cluster, links=links))
