@@ -198,12 +198,13 @@ class Instances:
         return dict(self.by_node)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore | MemoryStore]:
     if request.param == "memory":
         yield MemoryStore()
         return
-    s = StateStore(f"sqlite:///{tmp_path / 's.db'}")
+    url = f"sqlite:///{tmp_path / 's.db'}" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    s = StateStore(url)
     s.create_schema()
     yield s
     s.close()
