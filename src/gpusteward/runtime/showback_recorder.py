@@ -126,15 +126,28 @@ class ShowbackPending:
             if n == len(owners):
                 owners.append(w.owner)
             holder.update(dict.fromkeys(w.gpu_uuids, n))
-        find, prices = gpus.get, self.prices
+        find, prices, node_rate, configured = gpus.get, self.prices, rates.by_node.get, self.prices.rate
+        # The price table's price per (model, rate), looked up once a tick (NodeRates.price inlined:
+        # this loop runs for every GPU of the cluster).
+        price_at: dict[tuple[str, Rate], float] = {}
         # Sums per (owner, model, rate) first, multiplied by the hours once.
         sums: dict[tuple[int, str, Rate], list[float]] = {}
         for uuid, at, util, power in map(_SAMPLE_FIELDS, obs.samples):
             if util is None or at <= prev:
                 continue  # no data this tick is not use
             gpu = find(uuid)
-            rate, price = rates.price(prices, gpu)
-            model = (gpu.model or UNKNOWN_MODEL) if gpu is not None else UNKNOWN_MODEL
+            if gpu is None:
+                model, rate, price = UNKNOWN_MODEL, configured, prices.default_per_hour
+            else:
+                model, on_node = gpu.model or UNKNOWN_MODEL, node_rate(gpu.node)
+                if on_node is None:
+                    rate, price = configured, gpu.price_per_hour
+                    if price <= 0:
+                        price = prices.price_for(gpu.model)
+                else:
+                    rate, found = on_node, price_at.get((gpu.model, on_node))
+                    price = found if found is not None else prices.price(gpu.model, on_node)
+                    price_at[(gpu.model, on_node)] = price
             key = (holder.get(uuid, 0), model, rate)
             acc = sums.get(key)
             if acc is None:
