@@ -259,3 +259,31 @@ def test_a_cloud_never_read_leaves_the_configured_rate(tmp_path: Path) -> None:
     [row] = store.ledger.showback(date(2026, 11, 1), date(2026, 11, 2))
     assert row.key.rate == "spot"
     assert row.amounts.spend == pytest.approx(10 / 60 * PRICES.price("NVIDIA A100-SXM4-80GB", "spot"))
+
+
+def test_an_outage_of_the_cloud_is_logged_once_and_keeps_the_last_rates(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cloud = Instances()
+    store = MemoryStore()
+    rec = LedgerRecorder(store, PRICES, instances=cloud)
+    w = Workload("j", WorkloadKind.JOB, "j", Owner("alice", "vision"), 1, ("g2",), START)
+    down = {1, 2, 3}
+
+    def read() -> dict[str, Instance]:
+        cloud.reads += 1
+        if cloud.reads - 1 in down:
+            raise SourceError("ec2: connection refused")
+        return dict(cloud.by_node)
+
+    cloud.instances = read  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="gpusteward.runtime.showback_recorder"):
+        for minutes in range(0, 50, 10):  # read 0 works, 1-3 fail, 4 works again
+            at = START + timedelta(minutes=minutes)
+            rec.record(at, Observation(at, (), (Sample("g2", at, 50.0),), (w,)), {"j": w}, [], [], GPUS)
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("cannot read the instances" in m for m in messages) == 1
+    assert sum("reads the instances' rates again" in m for m in messages) == 1
+    [row] = store.ledger.showback(date(2026, 11, 1), date(2026, 11, 2))
+    assert row.key.rate == "spot"  # the outage's ticks kept n1's last known rate
+    assert row.amounts.held_gpu_hours == pytest.approx(40 / 60)
