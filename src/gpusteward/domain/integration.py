@@ -7,7 +7,7 @@ own settings section, ``ctx`` the few loop-wide values it may need. The registry
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -67,6 +67,8 @@ class Integration:
     queue: Callable[[datetime], Queue] | None = None
     #: The cloud instances behind the nodes (L4 stop / start), from ``cloud:`` or the simulator.
     instances: InstanceControl | None = None
+    #: Each node's provider ID by node name (Kubernetes ``spec.providerID``): the exact node ↔ instance join.
+    node_ids: Callable[[], Mapping[str, str]] | None = None
     #: Where spot interruption notices come from (a metadata service, a queue), polled each tick.
     interruptions: InterruptionWatch | None = None
     #: What the system knows that an agent could not (the simulator's ground truth, for the demo).

@@ -74,7 +74,8 @@ def build_integration(settings: Settings, clock: Clock, name: str | None = None)
     ctx = build_context(settings, clock, metrics=metrics)
     integration = build(cfg, ctx)
     if integration.instances is None:  # the cloud under the nodes (cloud.provider), if any
-        integration.instances = cloud.build(settings.cloud, ctx, prices=settings.cost).instances
+        parts = cloud.build(settings.cloud, ctx, prices=settings.cost, node_ids=integration.node_ids)
+        integration.instances = parts.instances
     if integration.interruptions is None:  # spot notices (cloud.interruption); a node agent's own too
         node, instances = getattr(cfg, "node", None), integration.instances
         integration.interruptions = build_watch(settings.cloud, clock, node=node, instances=instances)

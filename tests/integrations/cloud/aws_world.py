@@ -3,6 +3,7 @@ with tags, and an Auto Scaling group of GPU instances from a launch template."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import boto3
@@ -89,9 +90,21 @@ def lifecycle_state(endpoint: str, instance_id: str) -> str:
     return str(got["AutoScalingInstances"][0]["LifecycleState"])
 
 
+def provider_id(instance_id: str) -> str:
+    """The ``spec.providerID`` EKS gives the node on this instance (``launch`` places it in zone a)."""
+    return f"aws:///{REGION}a/{instance_id}"
+
+
 def control(
-    endpoint: str, clock: SimClock, client: AwsClient | None = None, **settings: Any
+    endpoint: str,
+    clock: SimClock,
+    client: AwsClient | None = None,
+    *,
+    node_ids: Callable[[], Mapping[str, str]] | None = None,
+    **settings: Any,
 ) -> AwsInstanceControl:
     cfg = InstanceSettings(**settings)
     client = client or AwsClient(AwsSettings(endpoint_url=endpoint, max_attempts=2))
-    return AwsInstanceControl(client, cfg, PriceTable(), clock, sleep=lambda s: None, poll_seconds=0.0)
+    return AwsInstanceControl(
+        client, cfg, PriceTable(), clock, sleep=lambda s: None, poll_seconds=0.0, node_ids=node_ids
+    )

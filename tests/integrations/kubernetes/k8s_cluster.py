@@ -148,14 +148,16 @@ def scheduled_gpu_pod(name: str, namespace: str, *, created: str, scheduled: str
     return pod
 
 
-def node(name: str, gpus: int = 8) -> Obj:
+def node(name: str, gpus: int = 8, provider_id: str = "") -> Obj:
+    """A GPU node; ``provider_id`` is its ``spec.providerID`` as a cloud controller sets it (EKS:
+    ``aws:///<zone>/<instance-id>``), left unset as on kind or bare metal."""
     n = _clean_meta(copy.deepcopy(load("core.v1.Node.json")), name, None)
     n["metadata"]["labels"] = {
         "kubernetes.io/hostname": name,
         "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
     }
     n["metadata"]["annotations"] = {}
-    n["spec"] = {"podCIDR": "10.244.0.0/24"}
+    n["spec"] = {"podCIDR": "10.244.0.0/24", **({"providerID": provider_id} if provider_id else {})}
     n["status"]["capacity"] = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus)}
     n["status"]["allocatable"] = dict(n["status"]["capacity"])
     return n

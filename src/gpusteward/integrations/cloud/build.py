@@ -4,6 +4,7 @@ recorded on the instance or its group."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpusteward.analysis.cost import PriceTable
@@ -26,8 +27,15 @@ class CloudParts:
     interruptions: InterruptionWatch | None = None
 
 
-def build(cfg: CloudSettings, ctx: BuildContext, *, prices: PriceTable | None = None) -> CloudParts:
-    """The AWS client and instance control when ``cloud.provider`` is aws; nothing is called yet."""
+def build(
+    cfg: CloudSettings,
+    ctx: BuildContext,
+    *,
+    prices: PriceTable | None = None,
+    node_ids: Callable[[], Mapping[str, str]] | None = None,
+) -> CloudParts:
+    """The AWS client and instance control when ``cloud.provider`` is aws; nothing is called yet.
+    ``node_ids`` (the cluster's providerID by node name) joins instances to nodes exactly."""
     if cfg.provider != "aws":
         if cfg.instances.enabled:
             raise ConfigError(
@@ -35,7 +43,7 @@ def build(cfg: CloudSettings, ctx: BuildContext, *, prices: PriceTable | None = 
             )
         return CloudParts()
     client = AwsClient(cfg.aws)
-    control = AwsInstanceControl(client, cfg.instances, prices or PriceTable(), ctx.clock)
+    control = AwsInstanceControl(client, cfg.instances, prices or PriceTable(), ctx.clock, node_ids=node_ids)
     return CloudParts(client=client, instances=control)
 
 

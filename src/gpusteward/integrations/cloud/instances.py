@@ -37,6 +37,7 @@ from gpusteward.integrations.cloud.discovery import (
     STOPPED_HOW_TAG,
     InstanceFinder,
 )
+from gpusteward.integrations.cloud.join import by_node
 from gpusteward.policy.instance_settings import InstanceSettings
 from gpusteward.policy.instances import match_nodes
 
@@ -63,6 +64,7 @@ class AwsInstanceControl:
         *,
         sleep: Callable[[float], None] = time.sleep,
         poll_seconds: float = 5.0,
+        node_ids: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.client = client
         self.settings = settings
@@ -71,6 +73,8 @@ class AwsInstanceControl:
         self.sleep = sleep
         self.poll_seconds = poll_seconds
         self.finder = InstanceFinder(client, settings, prices, clock.monotonic)
+        #: The cluster's providerID by node name (``Integration.node_ids``): the exact join first.
+        self.node_ids = node_ids
 
     # -- reads ----------------------------------------------------------------------------------
     def instances(self) -> dict[str, Instance]:
@@ -80,7 +84,7 @@ class AwsInstanceControl:
         # what has GPUs either way, and this reads the same from every EC2 endpoint.
         families = set(self.settings.families)
         found = self.finder.describe(Filters=filters, keep=lambda t: t.split(".", 1)[0] in families)
-        return {i.node: i for i in found if i.node}
+        return by_node(found, self.node_ids() if self.node_ids is not None else {})
 
     def instance(self, instance_id: str) -> Instance | None:
         try:

@@ -116,11 +116,15 @@ def build_kubernetes(
 
 def build(cfg: KubernetesSourceSettings, ctx: BuildContext) -> Integration:
     parts = build_kubernetes(cfg, ctx)
+    nodes = KubernetesNodeControl(
+        parts.api, conflict_retries=cfg.conflict_retries, monotonic=ctx.clock.monotonic
+    )
     return Integration(
         name="kubernetes",
         source=parts.source,
         executors=[parts.executor, parts.mover],
-        node_control=KubernetesNodeControl(parts.api, conflict_retries=cfg.conflict_retries),
+        node_control=nodes,
+        node_ids=nodes.provider_ids,
         pool_scaler=parts.scaler,
         leadership=lambda namespace, name, lease_s: lease_leadership(
             cfg, namespace, name, lease_s, api=parts.api, clock=ctx.clock

@@ -5,15 +5,19 @@ Park is one JSON merge patch that sets ``spec.unschedulable`` and writes
 never a node cordoned by us without its mark); unpark clears all three in one write, only on a
 node that carries the mark. Both carry the resourceVersion just read: a 409 Conflict re-reads
 the node and tries again (bounded). Nothing is evicted: running pods go on, new ones go elsewhere.
+
+The same node list gives each node's ``spec.providerID`` (``aws:///<zone>/<instance-id>``), the
+exact join of a node to the cloud instance behind it (``Integration.node_ids``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from gpusteward.domain.errors import ExecutionError, PreflightFailed
+from gpusteward.domain.errors import ExecutionError, PreflightFailed, SourceError
 from gpusteward.domain.nodes import PARKED_AT_KEY, PARKED_REASON_KEY, NodeState
 from gpusteward.integrations.kubernetes.control import ApiReply, annotations_of, metadata, rfc3339
 
@@ -43,21 +47,61 @@ def node_state(obj: Mapping[str, Any]) -> NodeState:
     return NodeState(name, parked, ours and parked, notes.get(PARKED_REASON_KEY, ""), at)
 
 
+def provider_id(obj: Mapping[str, Any]) -> str:
+    """The node's ``spec.providerID`` ("" when the cloud controller set none: kind, bare metal)."""
+    spec = obj.get("spec")
+    return str(spec.get("providerID") or "") if isinstance(spec, Mapping) else ""
+
+
+#: A node list read this recently is reused for the provider IDs (parking reads one each tick,
+#: just before the instance step asks), so the join costs no second list.
+PROVIDER_IDS_REUSE_S = 5.0
+
+
 class KubernetesNodeControl:
     """Implements ``gpusteward.domain.nodes.NodeControl`` (named like the source: ``kubernetes``)."""
 
-    def __init__(self, api: NodeApi, *, name: str = "kubernetes", conflict_retries: int = 3) -> None:
+    def __init__(
+        self,
+        api: NodeApi,
+        *,
+        name: str = "kubernetes",
+        conflict_retries: int = 3,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.api = api
         self.name = name
         self.conflict_retries = conflict_retries
+        self.monotonic = monotonic
+        #: (read at, provider ID by node name) of the last node list.
+        self._provider_ids: tuple[float, dict[str, str]] | None = None
 
-    def unschedulable(self) -> Mapping[str, NodeState]:
+    def _nodes(self) -> list[Mapping[str, Any]]:
         got = self.api.list_nodes()
         if not got.ok:
             raise ExecutionError(f"list nodes: HTTP {got.status}: {got.message}")
-        items = got.body.get("items") or []
-        states = (node_state(n) for n in items if isinstance(n, Mapping))
+        items = [n for n in got.body.get("items") or [] if isinstance(n, Mapping)]
+        ids = {str(metadata(n).get("name") or ""): provider_id(n) for n in items}
+        self._provider_ids = (self.monotonic(), {k: v for k, v in ids.items() if k and v})
+        return items
+
+    def unschedulable(self) -> Mapping[str, NodeState]:
+        states = (node_state(n) for n in self._nodes())
         return {s.name: s for s in states if s.parked}
+
+    def provider_ids(self) -> Mapping[str, str]:
+        """Each node's providerID by node name (nodes without one left out), from a node list at
+        most ``PROVIDER_IDS_REUSE_S`` old. ``SourceError`` when the nodes cannot be listed: an
+        instance is then joined to no node rather than by a name alone."""
+        last = self._provider_ids
+        if last is not None and self.monotonic() - last[0] <= PROVIDER_IDS_REUSE_S:
+            return dict(last[1])
+        try:
+            self._nodes()
+        except ExecutionError as e:
+            raise SourceError(f"kubernetes node provider IDs: {e}") from e
+        assert self._provider_ids is not None
+        return dict(self._provider_ids[1])
 
     def _read(self, node: str) -> dict[str, Any] | None:
         got = self.api.get_node(node)
