@@ -287,3 +287,21 @@ def test_an_outage_of_the_cloud_is_logged_once_and_keeps_the_last_rates(
     [row] = store.ledger.showback(date(2026, 11, 1), date(2026, 11, 2))
     assert row.key.rate == "spot"  # the outage's ticks kept n1's last known rate
     assert row.amounts.held_gpu_hours == pytest.approx(40 / 60)
+
+
+def test_an_instance_with_its_own_price_is_charged_at_it_per_gpu() -> None:
+    """The cloud's price of the whole instance (per-type prices, the pricing read) beats the price
+    table's: a spot instance of 2 GPUs at 9.00 an hour is 4.50 a GPU-hour."""
+    cloud = Instances()
+    n1 = cloud.by_node["n1"]
+    cloud.by_node["n1"] = Instance(n1.id, "n1", n1.instance_type, n1.lifecycle, "running", START, 2, 9.0)
+    store = MemoryStore()
+    rec = LedgerRecorder(store, PRICES, instances=cloud)
+    w = Workload("j", WorkloadKind.JOB, "j", Owner("alice", "vision"), 1, ("g2",), START)
+    for minutes in (0, 10):
+        at = START + timedelta(minutes=minutes)
+        rec.record(at, Observation(at, (), (Sample("g2", at, 50.0),), (w,)), {"j": w}, [], [], GPUS)
+    [row] = store.ledger.showback(date(2026, 11, 1), date(2026, 11, 2))
+    assert row.key.rate == "spot"
+    assert row.amounts.spend == pytest.approx(10 / 60 * 4.5)
+    assert PRICES.price("NVIDIA A100-SXM4-80GB", "spot") != pytest.approx(4.5)

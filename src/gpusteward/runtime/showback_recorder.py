@@ -52,6 +52,9 @@ class NodeRates:
         self.control = control
         #: Rate by the cluster's node name; a node not here is priced at the configured rate.
         self.by_node: dict[str, Rate] = {}
+        #: A GPU-hour at the instance's own price (its price per hour over its GPUs), where the
+        #: cloud gives one: what the team pays and what a stop saves; else the price table's.
+        self.gpu_price: dict[str, float] = {}
         self._failing = False
 
     def refresh(self, node_names: Iterable[str]) -> None:
@@ -69,6 +72,11 @@ class NodeRates:
         self._failing = False
         matched = match_nodes(found, sorted(set(node_names)))
         self.by_node = {node: _RATE_OF[inst.lifecycle] for node, inst in matched.items()}
+        self.gpu_price = {
+            node: inst.price_per_hour / inst.gpus
+            for node, inst in matched.items()
+            if inst.price_per_hour > 0 and inst.gpus > 0
+        }
 
     def price(self, prices: PriceTable, gpu: Gpu | None) -> tuple[Rate, float]:
         """The rate and price of one GPU-hour of ``gpu`` (None: a GPU never described)."""
@@ -76,7 +84,8 @@ class NodeRates:
             return prices.rate, prices.default_per_hour
         rate = self.by_node.get(gpu.node)
         if rate is not None:
-            return rate, prices.price(gpu.model, rate)
+            own = self.gpu_price.get(gpu.node)
+            return rate, own if own is not None else prices.price(gpu.model, rate)
         return prices.rate, gpu.price_per_hour if gpu.price_per_hour > 0 else prices.price_for(gpu.model)
 
 
@@ -127,6 +136,7 @@ class ShowbackPending:
                 owners.append(w.owner)
             holder.update(dict.fromkeys(w.gpu_uuids, n))
         find, prices, node_rate, configured = gpus.get, self.prices, rates.by_node.get, self.prices.rate
+        node_price = rates.gpu_price.get
         # The price table's price per (model, rate), looked up once a tick (NodeRates.price inlined:
         # this loop runs for every GPU of the cluster).
         price_at: dict[tuple[str, Rate], float] = {}
@@ -145,9 +155,13 @@ class ShowbackPending:
                     if price <= 0:
                         price = prices.price_for(gpu.model)
                 else:
-                    rate, found = on_node, price_at.get((gpu.model, on_node))
-                    price = found if found is not None else prices.price(gpu.model, on_node)
-                    price_at[(gpu.model, on_node)] = price
+                    rate, own = on_node, node_price(gpu.node)
+                    if own is not None:
+                        price = own
+                    else:
+                        found = price_at.get((gpu.model, on_node))
+                        price = found if found is not None else prices.price(gpu.model, on_node)
+                        price_at[(gpu.model, on_node)] = price
             key = (holder.get(uuid, 0), model, rate)
             acc = sums.get(key)
             if acc is None:
