@@ -87,9 +87,10 @@ class InstanceSettings(BaseModel):
     node_name: Literal["auto", "private-dns", "private-dns-short", "private-ip", "instance-id", "tag"] = (
         Field(
             "auto",
-            description="How an instance is matched to the cluster's node name: auto tries the "
-            "Kubernetes providerID, node_name_tag, the private DNS name (whole or its first label), "
-            "the private IP and the instance id; the others use only that one.",
+            description="How an instance is matched to the cluster's node name when the node's "
+            "providerID does not name it (Kubernetes' providerID joins first, exactly, in every mode): "
+            "auto tries node_name_tag, the private DNS name (whole or its first label), the private IP "
+            "and the instance id; the others use only that one.",
         )
     )
     node_name_tag: str = Field(

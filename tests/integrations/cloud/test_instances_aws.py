@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -167,3 +168,31 @@ def test_an_endpoint_that_is_down_reads_as_a_source_error(monkeypatch: pytest.Mo
     cfg = CloudSettings(provider="aws", aws=AwsSettings(endpoint_url="http://127.0.0.1:9", max_attempts=1))
     with pytest.raises(ExecutionError, match="cannot read it, nothing done"):
         restore_instance(cfg, "node/gpu-a")
+
+
+def test_one_read_serves_a_tick_and_the_next_tick_reads_again(aws: str) -> None:
+    """The instance step and the showback recorder both read each tick: one describe_instances."""
+    launch(aws, "g5.xlarge", "gpu-a")
+    clock = SimClock(T0)
+    ctl = control(aws, clock)
+    calls: list[str] = []
+    read, pages = ctl.client.read, ctl.client.pages
+
+    def counting(service: str, operation: str, **params: Any) -> dict[str, Any]:
+        calls.append(operation)
+        return read(service, operation, **params)
+
+    def counting_pages(service: str, operation: str, **params: Any) -> Iterator[dict[str, Any]]:
+        calls.append(operation)
+        return pages(service, operation, **params)
+
+    ctl.client.read = counting  # type: ignore[method-assign]
+    ctl.client.pages = counting_pages  # type: ignore[method-assign]
+    first = ctl.instances()
+    assert ctl.instances() == first
+    reads = calls.count("describe_instances")
+    assert reads == 1
+    launch(aws, "g5.xlarge", "gpu-b")
+    clock.advance(30)  # the next tick sees what changed
+    assert sorted(ctl.instances()) == ["gpu-a", "gpu-b"]
+    assert calls.count("describe_instances") == reads + 1

@@ -50,6 +50,11 @@ _LIVE = ["pending", "running", "stopping", "stopped"]
 _NOT_FOUND = frozenset({"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"})
 
 
+#: A whole read of the instances is reused this long (within one tick); pre-flight and verify
+#: always read the one instance afresh (``instance``).
+REUSE_READ_S = 5.0
+
+
 class AwsInstanceControl:
     """``InstanceControl`` for EC2 instances and Auto Scaling groups."""
 
@@ -75,9 +80,20 @@ class AwsInstanceControl:
         self.finder = InstanceFinder(client, settings, prices, clock.monotonic)
         #: The cluster's providerID by node name (``Integration.node_ids``): the exact join first.
         self.node_ids = node_ids
+        #: The last whole read and when (monotonic s): the instance step and the showback recorder
+        #: both read every tick, and one describe_instances serves both.
+        self._last: tuple[float, dict[str, Instance]] | None = None
 
     # -- reads ----------------------------------------------------------------------------------
     def instances(self) -> dict[str, Instance]:
+        now = self.clock.monotonic()
+        if self._last is not None and now - self._last[0] < REUSE_READ_S:
+            return dict(self._last[1])
+        found = self._read_instances()
+        self._last = (now, found)
+        return dict(found)
+
+    def _read_instances(self) -> dict[str, Instance]:
         filters = [{"Name": "instance-state-name", "Values": _LIVE}]
         filters += [{"Name": f"tag:{k}", "Values": [v]} for k, v in self.settings.instance_tags.items()]
         # Families are matched here, not by a wildcard filter: the instance type's data decides
