@@ -103,7 +103,9 @@ def test_policies_side_by_side_with_actions_csv_and_a_report(env: Path, short_tr
     files = json.loads(out)["files"]
     assert set(files) == {"cluster", "nlp", "vision"}
     html = Path(files["cluster"]).read_text()
-    assert html.count("<svg") == 4
+    # Four charts of waste and savings, and the showback's cost per day by team.
+    assert html.count("<svg") == 5
+    assert "Cost per day by team" in html
     assert 'id="stops" data-value="3"' in html
 
 

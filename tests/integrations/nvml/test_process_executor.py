@@ -412,7 +412,9 @@ def test_begin_sends_only_the_checkpoint_signal_and_complete_sends_sigterm(spawn
     out = ex.begin(decision(w), w)
     assert (out.ok, out.verified, out.follow_up_after_s) == (True, False, 120.0)
     assert clock.sleeps == 0  # returned at once: no wait for the grace
-    _until(lambda: Path(f"{base}.ckpt").exists())
+    # Written, not just created: a SIGTERM between the handler's open and its write would run the
+    # SIGTERM handler inside it and exit before the write.
+    _until(lambda: Path(f"{base}.ckpt").exists() and Path(f"{base}.ckpt").read_text() == "x")
     assert child.poll() is None
     assert not Path(f"{base}.term").exists()
     out = ex.complete(decision(w), w)
