@@ -178,12 +178,16 @@ class InterruptionStep:
     _drained: set[str] = field(default_factory=set)
     #: Holds owners' notices until every signal of the tick has gone out.
     notify: AfterSignals | None = None
+    #: A crash's leftovers exist only at start-up: this step finishes its own actions in one call.
+    _orphans_settled: bool = False
 
     def act(
         self, now: datetime, workloads: Mapping[str, Workload], gpus: Mapping[str, Gpu]
     ) -> list[ActionResult]:
         """Poll the watch; signal the workloads of every node under a notice (each once)."""
-        self._settle_orphans(now)
+        if not self._orphans_settled:
+            self._settle_orphans(now)
+            self._orphans_settled = True
         try:
             notices = self.watch.poll(now)
         except Exception:  # a watch must never fail the tick
