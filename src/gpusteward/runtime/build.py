@@ -86,10 +86,10 @@ def build_steward(
     consolidation = build_consolidation(settings, integration)
     health = build_health(settings, integration)
     instances = build_instance_step(settings, integration)
-    # One runner for every step: the integration's executors, the node parking (and drains of failed
-    # GPUs' nodes, through the same node control) and pool scaling.
+    # One runner for every step: the cloud instances' stops and starts (node workloads that name
+    # their instance), the integration's executors, the node parking (and drains of failed GPUs'
+    # nodes, through the same node control) and pool scaling.
     executors = [
-        # Instance stops first: a node executor of the same system claims any node workload.
         *(instances.executors(clock) if instances is not None else ()),
         *integration.executors,
         *(parking.executors(clock) if parking is not None else health.executors(clock)),
