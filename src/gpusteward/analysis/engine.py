@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.analysis.aggregates import Aggregate, EvalContext, FloatArray
+from gpusteward.analysis.class_memo import MEMO
 from gpusteward.analysis.inputs import GapHistory, make_inputs
 from gpusteward.analysis.messages import Columns, messages
 from gpusteward.analysis.rules import CompiledRule
@@ -95,8 +96,7 @@ class _Holdings:
         self._group_codes: Callable[[], npt.NDArray[np.intp]] = self._workload_codes
 
     def _workload_codes(self) -> npt.NDArray[np.intp]:
-        codes = {c: i for i, c in enumerate(CLASSES)}
-        return np.fromiter((codes[workload_class(w)] for w in self.workloads), np.intp, len(self.workloads))
+        return MEMO.codes(self.workloads)
 
     def per_gpu(self, inp: AnalysisInput) -> _Holdings:
         """Every GPU of ``inp.gpus`` once per holder (holders in workload order), a free one
