@@ -95,7 +95,7 @@ def test_a_resubmitted_job_is_a_suspected_false_kill(slurm, tmp_path: Path, wire
                 return
 
     tick(stopped, 30)
-    assert slurm.state(a) == "COMPLETED"
+    assert slurm.wait(a, {"COMPLETED", "CANCELLED", "FAILED", "GONE", "TIMEOUT"}) == "COMPLETED"
     assert flag.exists()
     assert [s.workload_id for s in book.watch().stops] == [wid]
     assert book.false_kills() == []

@@ -101,7 +101,8 @@ def test_enforce_checkpoint_stops_the_idle_job_only(slurm, tmp_path, wired_metri
 
     reports = ticks_until(steward, clock, settled)
 
-    assert slurm.state(a) == "COMPLETED", "the checkpoint trap exits 0: the job ended by itself"
+    # Through COMPLETING (the epilog) to COMPLETED: waited for, the state is read between the two.
+    assert slurm.wait(a, ENDED) == "COMPLETED", "the checkpoint trap exits 0: the job ended by itself"
     assert flag.read_text().startswith("checkpointed")
     assert slurm.state(b) == slurm.state(c) == "RUNNING"
     assert all(r.source_ok and not r.errors for r in reports), [r.errors for r in reports if r.errors]
@@ -211,7 +212,7 @@ def test_controller_down_no_action_then_recovers(slurm, tmp_path, metrics, clean
 
     ticks_until(steward, clock, lambda: slurm.state(a) != "RUNNING", limit=20)
     assert flag.exists()
-    assert slurm.state(a) == "COMPLETED"
+    assert slurm.wait(a, ENDED) == "COMPLETED"  # through COMPLETING
 
     def stop() -> list[Action]:
         return [x for x in steward.store.actions(workload_id=wid) if x.step == "graceful-stop"]
