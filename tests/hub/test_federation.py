@@ -63,7 +63,7 @@ def _token(config: Path) -> str:
         app, ["token", "create", "--role", "viewer", "--name", "hub", "-c", str(config), "--json"]
     )
     assert made.exit_code == 0, made.output
-    return str(json.loads(made.output)["token"])
+    return str(json.loads(made.stdout)["token"])
 
 
 @dataclass

@@ -184,7 +184,7 @@ def test_the_parked_command_lists_what_is_parked_now(tmp_path: Path, make_stewar
     config.write_text(f"mode: enforce\nstore: {{url: '{settings.store.url}'}}\n")
     got = CliRunner().invoke(app, ["parked", "--config", str(config), "--json"])
     assert got.exit_code == 0, got.output
-    rows = json.loads(got.output)
+    rows = json.loads(got.stdout)
     assert (
         {r["node"] for r in rows}
         == set(integration.ground_truth.parked_nodes)

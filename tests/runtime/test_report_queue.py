@@ -119,7 +119,7 @@ def test_report_json_carries_the_queue_figures(store: StateStore, tmp_path: Path
     args = ["report", "--out", str(tmp_path / "out"), "--db", str(tmp_path / "s.db")]
     result = CliRunner().invoke(app, [*args, "--period", "day", "--end", DAY.isoformat(), "--json"])
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert set(out["files"]) == {"cluster", "nlp"}
     assert {k: out["queue"][k] for k in ("started", "gpus", "p50_s", "p95_s")} == {
         "started": 6,

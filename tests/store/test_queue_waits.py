@@ -120,7 +120,7 @@ def test_a_database_at_0002_upgrades_keeping_its_records(
     monkeypatch.setenv("GPUSTEWARD_STORE__URL", url)
     result = CliRunner().invoke(app, ["db", "upgrade", "--json"])
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert (out["from"], out["to"]) == ("0002", schema.head())
     new = StateStore(url)
     assert [d.idempotency_key for d in new.decisions_for("w1")] == ["w1:e:notify"]

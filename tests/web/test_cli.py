@@ -35,7 +35,7 @@ def test_token_create_list_revoke(tmp_path: Path) -> None:
         app, ["token", "create", "--role", "operator", "--name", "ci", "-c", config, "--json"]
     )
     assert made.exit_code == 0, made.output
-    token = json.loads(made.output)["token"]
+    token = json.loads(made.stdout)["token"]
     assert token.startswith("gst_")
     again = runner.invoke(app, ["token", "create", "--role", "operator", "--name", "ci", "-c", config])
     assert again.exit_code == 1
@@ -43,11 +43,11 @@ def test_token_create_list_revoke(tmp_path: Path) -> None:
     bad = runner.invoke(app, ["token", "create", "--role", "root", "--name", "x", "-c", config])
     assert bad.exit_code == 2
     assert "--role must be one of" in bad.output
-    listed = json.loads(runner.invoke(app, ["token", "list", "-c", config, "--json"]).output)
+    listed = json.loads(runner.invoke(app, ["token", "list", "-c", config, "--json"]).stdout)
     assert [(t["name"], t["role"], t["revoked_at"]) for t in listed] == [("ci", "operator", None)]
     assert token not in runner.invoke(app, ["token", "list", "-c", config]).output
     assert runner.invoke(app, ["token", "revoke", "ci", "-c", config]).exit_code == 0
-    assert json.loads(runner.invoke(app, ["token", "list", "-c", config, "--json"]).output)[0]["revoked_at"]
+    assert json.loads(runner.invoke(app, ["token", "list", "-c", config, "--json"]).stdout)[0]["revoked_at"]
     assert runner.invoke(app, ["token", "revoke", "ci", "-c", config]).exit_code == 1
 
 
@@ -75,7 +75,7 @@ def test_run_web_serves_pages_api_and_metrics_beside_the_loop(tmp_path: Path) ->
     made = CliRunner().invoke(
         app, ["token", "create", "--role", "operator", "--name", "op", "-c", str(config), "--json"]
     )
-    token = json.loads(made.output)["token"]
+    token = json.loads(made.stdout)["token"]
     port = free_port()
     proc = subprocess.Popen(
         [

@@ -79,7 +79,7 @@ def test_the_api_answers_the_hubs_shape_and_the_clis_json(
         ],
     }  # fmt: skip
     result = CliRunner().invoke(cli_app, ["showback", "-m", "2026-11", "--json", "-c", str(config)])
-    assert json.loads(result.output) == doc
+    assert json.loads(result.stdout) == doc
     # No month: this month (the app's clock), still open.
     now = client.get("/api/v1/showback", headers=bearer(tokens["viewer"])).json()
     assert (now["month"], now["closed"], len(now["rows"])) == ("2026-12", False, 1)
