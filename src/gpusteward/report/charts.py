@@ -50,6 +50,14 @@ def _empty(kind: str, title: str, width: int, height: int) -> str:
     return "\n".join([*parts, "</svg>"])
 
 
+def _series_names(categories: Sequence[str], series: Mapping[str, Sequence[float]]) -> list[str]:
+    """The series' names, once each has one value per category."""
+    names = list(series)
+    if any(len(series[n]) != len(categories) for n in names):
+        raise ValueError("every series needs one value per category")
+    return names
+
+
 def bar_chart(
     categories: Sequence[str],
     series: Mapping[str, Sequence[float]],
@@ -60,9 +68,7 @@ def bar_chart(
     height: int = 260,
 ) -> str:
     """Vertical bars: one group per category, one bar per series, a y axis with 5 gridlines."""
-    names = list(series)
-    if any(len(series[n]) != len(categories) for n in names):
-        raise ValueError("every series needs one value per category")
+    names = _series_names(categories, series)
     values = [v for n in names for v in series[n]]
     if not categories or not names or not any(v > 0 for v in values):
         return _empty("bar", title, width, height)
@@ -149,9 +155,7 @@ def stacked_bar_chart(
 ) -> str:
     """Vertical bars, one per category, each stacked from its series' values (negative ones count
     as 0), with the category's total in its tooltip and ``data-total``."""
-    names = list(series)
-    if any(len(series[n]) != len(categories) for n in names):
-        raise ValueError("every series needs one value per category")
+    names = _series_names(categories, series)
     totals = [sum(max(0.0, float(series[n][ci])) for n in names) for ci in range(len(categories))]
     if not categories or not names or not any(t > 0 for t in totals):
         return _empty("stacked", title, width, height)
