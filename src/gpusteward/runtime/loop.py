@@ -46,6 +46,7 @@ from gpusteward.domain.ports import Clock, Leadership, Source
 from gpusteward.domain.store_ports import TickStore
 from gpusteward.policy import PolicySettings
 from gpusteward.policy.approval import hold_for_approval
+from gpusteward.runtime import collector
 from gpusteward.runtime.consolidation_step import ConsolidationStep
 from gpusteward.runtime.followup import follow_up
 from gpusteward.runtime.gap_history import GapHistory
@@ -170,7 +171,7 @@ class Steward:
 
     def tick(self) -> TickReport:
         try:
-            with log_context(tick=tick_id() or new_tick_id()):  # every line of the tick carries its id
+            with log_context(tick=tick_id() or new_tick_id()), collector.held_off():  # runtime/collector.py
                 return self._tick()
         except StoreError:
             self._orphans = None  # an action may have been left half-recorded: settle it next time
