@@ -14,6 +14,7 @@ from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from gpusteward.domain.models import ActionStatus, Level
@@ -134,40 +135,32 @@ class LedgerStore:
             conn.execute(insert(ledger_daily_t), new)
 
     def _add_usage(self, conn: Connection, usage: Mapping[UsageKey, UsageAmounts]) -> None:
+        """One upsert per workload and day, in one statement: hours add up, the GPU counts keep
+        their largest, the owner is the newest (no read of the stored rows first)."""
         if not usage:
             return
-        c = ledger_usage_t.c
-        stored: dict[UsageKey, Any] = {}
-        cols = (c.id, c.workload_id, c.gpus_requested, c.gpus_held, c.advise_idle_gpus)
-        for day in sorted({k.day for k in usage}):
-            wids = sorted(k.workload_id for k in usage if k.day == day)
-            for chunk in chunks(wids):
-                query = select(*cols).where(c.day == day, c.workload_id.in_(chunk))
-                stored.update({UsageKey(day, r.workload_id): r for r in conn.execute(query)})
-        ups, new = [], []
-        for k, a in sorted(usage.items()):
-            values = {
+        pg = conn.dialect.name == "postgresql"  # the two dialects the store runs on
+        stmt = (postgresql if pg else sqlite).insert(ledger_usage_t)
+        c, ex = ledger_usage_t.c, stmt.excluded
+        larger = func.greatest if pg else func.max  # SQLite's two-argument max() is scalar
+        sets: dict[str, Any] = {"user_name": ex.user_name, "team": ex.team}
+        sets.update({n: larger(c[n], ex[n]) for n in ("gpus_requested", "gpus_held", "advise_idle_gpus")})
+        sets.update({n: c[n] + ex[n] for n in ("held_gpu_hours", "busy_gpu_hours")})
+        rows = [
+            {
+                "day": k.day,
+                "workload_id": k.workload_id,
                 "user_name": a.user,
                 "team": a.team,
                 "gpus_requested": a.gpus_requested,
                 "gpus_held": a.gpus_held,
                 "advise_idle_gpus": a.advise_idle_gpus,
+                "held_gpu_hours": a.held_gpu_hours,
+                "busy_gpu_hours": a.busy_gpu_hours,
             }
-            hours = {"held_gpu_hours": a.held_gpu_hours, "busy_gpu_hours": a.busy_gpu_hours}
-            old = stored.get(k)
-            if old is None:
-                new.append({"day": k.day, "workload_id": k.workload_id, **values, **hours})
-                continue
-            for n in ("gpus_requested", "gpus_held", "advise_idle_gpus"):
-                values[n] = max(values[n], getattr(old, n))
-            ups.append({"rid": old.id, **{f"s_{n}": v for n, v in values.items()}, **_plus_hours(hours)})
-        if ups:
-            stmt = update(ledger_usage_t).where(c.id == bindparam("rid"))
-            sets: dict[str, Any] = {n: bindparam(f"s_{n}") for n in _USAGE_SET}
-            sets.update({n: c[n] + bindparam(f"d_{n}") for n in ("held_gpu_hours", "busy_gpu_hours")})
-            conn.execute(stmt.values(sets), ups)
-        if new:
-            conn.execute(insert(ledger_usage_t), new)
+            for k, a in sorted(usage.items())
+        ]
+        conn.execute(stmt.on_conflict_do_update(index_elements=["day", "workload_id"], set_=sets), rows)
 
     # -- reading ------------------------------------------------------------------------------
     def marks(self) -> dict[str, Mark]:
@@ -292,13 +285,6 @@ class LedgerStore:
                 if team is None or (owner or {}).get("team", "") == team:
                     counts[Level(level).label] += 1
         return counts
-
-
-_USAGE_SET = ("user_name", "team", "gpus_requested", "gpus_held", "advise_idle_gpus")
-
-
-def _plus_hours(hours: Mapping[str, float]) -> dict[str, float]:
-    return {f"d_{n}": v for n, v in hours.items()}
 
 
 def _plus(a: DailyAmounts) -> dict[str, Any]:
