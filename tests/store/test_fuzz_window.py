@@ -1,6 +1,8 @@
 """Stateful fuzzing of the window store: random ticks, late samples, missing readings and GPUs
 changing hands, checked after every step against a plain model: a GPU's window shows only
-samples of its current holder from inside the window, and a missing reading is NaN, never 0."""
+samples of its current holder from inside the window, and a missing reading is NaN, never 0.
+``below_for_s``, whose answer the store keeps from one look to the next (``NewestMarks``), is
+checked at random steps against the same model, so that several ticks pass between looks."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ SLOTS = 10
 GPUS = ["g0", "g1", "g2"]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 UTIL = Metric.GPU_UTIL
+THRESHOLD = 50.0
 
 
 class WindowMachine(RuleBasedStateMachine):
@@ -56,6 +59,26 @@ class WindowMachine(RuleBasedStateMachine):
             Sample(g, now - timedelta(seconds=late * INTERVAL), gpu_util_pct=v) for g, late, v in samples
         ]
         self.store.ingest(now, batch, holders or None)
+
+    @rule()
+    def below_for_matches_model(self) -> None:
+        now_s = self.slot * INTERVAL
+        view = self.store.view(T0 + timedelta(seconds=now_s))
+        got = view.below_for_s(UTIL, THRESHOLD)
+        for g in GPUS:
+            i = view.index_of(g)
+            kept = {s: v for s, v in self.model[g].items() if s > self.slot - SLOTS}
+            if i is None or not kept:
+                assert i is None or math.isnan(got[i]), (g, got[i])
+                continue
+            at_least = [s for s, v in kept.items() if v >= THRESHOLD]
+            if at_least and max(at_least) == max(kept):
+                want = 0.0
+            elif at_least:
+                want = now_s - max(at_least) * INTERVAL
+            else:  # never at or above it: since the start of the oldest sample's interval
+                want = now_s - (min(kept) * INTERVAL - INTERVAL)
+            assert math.isclose(float(got[i]), max(want, 0.0), abs_tol=1e-6), (g, got[i], want, kept)
 
     @invariant()
     def window_matches_model(self) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.domain.models import Metric
+from gpusteward.store.newest_marks import NewestMarks
 
 
 class Rings(Protocol):
@@ -21,6 +22,7 @@ class Rings(Protocol):
     n_slots: int
     _rings: dict[Metric, npt.NDArray[np.float32]]
     _index: dict[str, int]
+    marks: NewestMarks
 
     @property
     def uuids(self) -> tuple[str, ...]: ...

@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import Metric, Sample
+from gpusteward.store.newest_marks import NewestMarks
 from gpusteward.store.window_view import _EPS, NO_SLOT, IntArray, WindowView
 
 __all__ = ["MAX_WINDOW_BYTES", "NO_SLOT", "WindowStore", "WindowView"]
@@ -69,6 +70,7 @@ class WindowStore:
         # of that holder's history; a late sample from before it belongs to someone else.
         self._holders: list[str | None] = []
         self._since: IntArray = np.full(self._cap, NO_SLOT, dtype=np.int64)
+        self.marks = NewestMarks(NO_SLOT)  # told of every write and clear below
 
     def __len__(self) -> int:
         return len(self._uuids)
@@ -167,6 +169,7 @@ class WindowStore:
                 for ring in self._rings.values():
                     ring[:, i] = np.nan
                 self._since[i] = slot
+                self.marks.cleared(i)
             self._holders[i] = holder
 
     def ingest(
@@ -191,8 +194,10 @@ class WindowStore:
         keep = (slots > self._head - self.n_slots) & (slots <= self._head) & (slots >= self._since[idx])
         if not keep.any():
             return
-        rows, cols = slots[keep] % self.n_slots, idx[keep]
+        kept = slots[keep]
+        rows, cols, first = kept % self.n_slots, idx[keep], int(kept.min())
         for m, ring in self._rings.items():
+            self.marks.written(m, first)
             vals = list(map(self._fields[m], batch))
             if vals.count(None) == len(vals):  # a metric the source lacks: no array to build
                 ring[rows, cols] = np.nan
@@ -219,6 +224,7 @@ class WindowStore:
             if vals.shape != (n,):
                 raise ValueError(f"{m.value}: expected shape ({n},), got {vals.shape}")
             if m in self._rings:
+                self.marks.written(m, slot)
                 self._rings[m][slot % self.n_slots, :n] = row = np.where(blocked, np.float32(np.nan), vals)
                 self._mark(m, row)
 

@@ -24,6 +24,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 _A = TypeVar("_A", bound=npt.NDArray[np.generic])
 Rng = tuple[int, int]  # first and last absolute slot, inclusive
+Cols = npt.NDArray[np.intp] | None
 
 
 #: Sentinel for "no slot"; far below any real slot number.
@@ -33,17 +34,8 @@ _BLOCK_ROWS = 12
 #: Slack for slots computed from float seconds, so 1000.0 / 10 is never slot 99.
 _EPS = 1e-9
 #: Public aggregates that share memoised work (same family and metric) run on one thread.
-_FAMILY = {
-    "mean": "count",
-    "coverage": "count",
-    "fraction_below": "count",
-    "min": "fmin",
-    "max": "fmax",
-    "last": "scan",
-    "below_for_s": "scan",
-    "watched_s": "scan",
-    "slope": "slope",
-}
+_FAMILY = {"mean": "count", "coverage": "count", "fraction_below": "count", "min": "fmin", "max": "fmax"}
+_FAMILY |= {"last": "scan", "below_for_s": "scan", "watched_s": "scan", "slope": "slope"}
 #: Below this many GPUs the aggregates are computed on the calling thread.
 _THREADS_FROM_GPUS = 20_000
 _FAMILY_COST = {"count": 3, "scan": 2, "slope": 2, "fmin": 1, "fmax": 1}
@@ -198,10 +190,16 @@ class WindowView:
 
     def _find_slot(self, m: Metric, x: float, newest: bool) -> IntArray:
         """Per GPU, the newest (or oldest) slot in the window with a value >= x, else NO_SLOT."""
-        return self._memoised(("find", m, x, newest), lambda: self._search(m, x, newest, None))
+        rng, search = self._range(m, None), functools.partial(self._search, m, x, newest)
+        if newest and x > -math.inf and rng is not None and rng[1] == self._head:
+            # Kept by the store between ticks: only what was written since is scanned.
+            kept = functools.partial(self._store.marks.newest, m, x, *rng, self.n_gpus, search)
+            return self._memoised(("find", m, x, newest), kept)
+        return self._memoised(("find", m, x, newest), lambda: search(None))
 
-    def _search(self, m: Metric, x: float, newest: bool, cols: npt.NDArray[np.intp] | None) -> IntArray:
-        """``_find_slot`` for every GPU (``cols`` None) or only for ``cols``.
+    def _search(self, m: Metric, x: float, newest: bool, cols: Cols, span: Rng | None = None) -> IntArray:
+        """``_find_slot`` for every GPU (``cols`` None) or only for ``cols``, over the window or
+        only the slots ``span`` of it.
 
         ``x = -inf`` finds any present value (NaN >= -inf is False). Scans from the chosen
         end and stops once every GPU is settled; most are settled by the first row or two,
@@ -210,7 +208,7 @@ class WindowView:
         it settles; once few are left, only their columns are gathered.
         """
         out = np.full(self.n_gpus, NO_SLOT, dtype=np.int64)
-        rng = self._range(m, None)
+        rng = self._range(m, None) if span is None else span
         if rng is None or self.n_gpus == 0:
             return out
         ring = self._rings[m]
