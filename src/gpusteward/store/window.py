@@ -71,6 +71,9 @@ class WindowStore:
         self._holders: list[str | None] = []
         self._since: IntArray = np.full(self._cap, NO_SLOT, dtype=np.int64)
         self.marks = NewestMarks(NO_SLOT)  # told of every write and clear below
+        # The last look-up and holders applied: most ticks repeat both exactly.
+        self._registered: tuple[list[str], npt.NDArray[np.intp]] = ([], np.zeros(0, dtype=np.intp))
+        self._applied: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._uuids)
@@ -117,9 +120,14 @@ class WindowStore:
     def register(self, uuids: Iterable[str]) -> npt.NDArray[np.intp]:
         """Indices of ``uuids``, adding the unknown ones at the end."""
         uuids = list(uuids)
+        if uuids == self._registered[0]:  # a source lists its GPUs in the same order each tick
+            return self._registered[1]
         if len(uuids) > 1:  # every tick registers GPUs it mostly knows: one C-level look-up
             try:
-                return np.asarray(operator.itemgetter(*uuids)(self._index), dtype=np.intp)
+                idx = np.asarray(operator.itemgetter(*uuids)(self._index), dtype=np.intp)
+                idx.flags.writeable = False
+                self._registered = (uuids, idx)
+                return idx
             except KeyError:
                 pass
         out: list[int] = []
@@ -160,8 +168,9 @@ class WindowStore:
         self._head = slot
 
     def _apply_holders(self, slot: int, holders: Mapping[str, str] | None) -> None:
-        if not holders:
+        if not holders or holders == self._applied:  # the same holders as last time: nothing to do
             return
+        self._applied = dict(holders)
         for i, holder in zip(self.register(holders).tolist(), holders.values(), strict=True):
             prev = self._holders[i]
             if prev is not None and prev != holder:
