@@ -117,8 +117,9 @@ class WindowStore:
         if m not in self._written and not np.isnan(vals).all():
             self._written.add(m)
 
-    def register(self, uuids: Iterable[str]) -> npt.NDArray[np.intp]:
-        """Indices of ``uuids``, adding the unknown ones at the end."""
+    def register(self, uuids: Iterable[str], *, remember: bool = True) -> npt.NDArray[np.intp]:
+        """Indices of ``uuids``, adding the unknown ones at the end. ``remember``: this list
+        is likely to come again (the whole fleet, in the source's order)."""
         uuids = list(uuids)
         if uuids == self._registered[0]:  # a source lists its GPUs in the same order each tick
             return self._registered[1]
@@ -126,7 +127,8 @@ class WindowStore:
             try:
                 idx = np.asarray(operator.itemgetter(*uuids)(self._index), dtype=np.intp)
                 idx.flags.writeable = False
-                self._registered = (uuids, idx)
+                if remember:
+                    self._registered = (uuids, idx)
                 return idx
             except KeyError:
                 pass
@@ -168,10 +170,12 @@ class WindowStore:
         self._head = slot
 
     def _apply_holders(self, slot: int, holders: Mapping[str, str] | None) -> None:
-        if not holders or holders == self._applied:  # the same holders as last time: nothing to do
+        last = self._applied
+        if not holders or holders == last:  # the same holders as last time: nothing to do
             return
+        changed = {u: h for u, h in holders.items() if last.get(u) != h}  # only these can clear
         self._applied = dict(holders)
-        for i, holder in zip(self.register(holders).tolist(), holders.values(), strict=True):
+        for i, holder in zip(self.register(changed, remember=False).tolist(), changed.values(), strict=True):
             prev = self._holders[i]
             if prev is not None and prev != holder:
                 # The window is the current holder's history only.
