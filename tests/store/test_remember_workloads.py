@@ -1,5 +1,6 @@
 """Workload snapshots: a source that hands back the same workload object each tick (the replay)
-gets its snapshot reused, and only last_seen_at moves; a changed workload is written again."""
+gets its snapshot reused, and only last_seen_at moves, once SEEN_EVERY has passed; a changed
+workload is written again, last_seen_at with it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from gpusteward.domain.models import Owner, Workload, WorkloadKind
-from gpusteward.store.db import StateStore
+from gpusteward.store.db import SEEN_EVERY, StateStore
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 
@@ -18,20 +19,39 @@ def _job(wid: str, name: str) -> Workload:
 
 def test_the_same_object_bumps_last_seen_and_a_changed_one_is_rewritten(store: StateStore) -> None:
     job, other = _job("j1", "train"), _job("j2", "eval")
+    minute = timedelta(minutes=1)
     store.remember_workloads([job, other], T0)
-    store.remember_workloads([job, other], T0 + timedelta(minutes=1))  # the very same objects
+    store.remember_workloads([job, other], T0 + minute)  # the very same objects, soon after
     rec = store.workload_info("j1")
     assert rec is not None
-    assert (rec.name, rec.first_seen_at, rec.last_seen_at) == ("train", T0, T0 + timedelta(minutes=1))
+    assert (rec.name, rec.first_seen_at, rec.last_seen_at) == ("train", T0, T0)  # not yet SEEN_EVERY
+    store.remember_workloads([job, other], T0 + SEEN_EVERY)
+    rec = store.workload_info("j1")
+    assert rec is not None
+    assert (rec.first_seen_at, rec.last_seen_at) == (T0, T0 + SEEN_EVERY)
     renamed = replace(job, name="train-v2", labels={"k": "w"})
-    store.remember_workloads([renamed], T0 + timedelta(minutes=2))
+    store.remember_workloads([renamed], T0 + SEEN_EVERY + minute)  # rewritten: seen now
     rec = store.workload_info("j1")
     assert rec is not None
-    assert (rec.name, rec.labels, rec.last_seen_at) == ("train-v2", {"k": "w"}, T0 + timedelta(minutes=2))
-    store.remember_workloads([job], T0 + timedelta(minutes=3))  # the old object again: back to it
+    assert (rec.name, rec.labels, rec.last_seen_at) == ("train-v2", {"k": "w"}, T0 + SEEN_EVERY + minute)
+    store.remember_workloads([job], T0 + SEEN_EVERY + 2 * minute)  # the old object again: back to it
     rec = store.workload_info("j1")
     assert rec is not None
     assert rec.name == "train"
     untouched = store.workload_info("j2")
     assert untouched is not None
-    assert untouched.last_seen_at == T0 + timedelta(minutes=1)
+    assert untouched.last_seen_at == T0 + SEEN_EVERY
+
+
+def test_last_seen_never_lags_past_seen_every_nor_runs_ahead(store: StateStore) -> None:
+    job = _job("j1", "train")
+    for k in range(0, 31):  # a tick a minute for half an hour
+        at = T0 + timedelta(minutes=k)
+        store.remember_workloads([job], at)
+        rec = store.workload_info("j1")
+        assert rec is not None
+        assert at - SEEN_EVERY < rec.last_seen_at <= at
+    store.remember_workloads([job], T0)  # the clock stepped back (a restored backup, NTP): written
+    rec = store.workload_info("j1")
+    assert rec is not None
+    assert rec.last_seen_at == T0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Table, bindparam, create_engine, delete, event, func, insert, or_, select, update
@@ -73,6 +73,10 @@ __all__ = [
     "WorkloadRecord",
 ]
 
+#: A workload's ``last_seen_at`` lags the loop by at most this much (owner controls call a
+#: workload finished after 15 minutes unseen: runtime.owner_controls.FINISHED_AFTER).
+SEEN_EVERY = timedelta(minutes=5)
+
 
 def _short(e: BaseException) -> str:
     # SQLAlchemy messages carry the statement and its parameters: keep the first line, cut.
@@ -97,6 +101,7 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
     def __init__(self, url: str = "sqlite:///gpusteward.db") -> None:
         self._snapshots: dict[str, dict[str, Any]] = {}  # workload id → snapshot last written
         self._snapshot_of: dict[str, Workload] = {}  # and the (frozen) workload it was made from
+        self._seen_at: dict[str, datetime] = {}  # and the last_seen_at last written with it
         try:
             parsed = make_url(url)
             kwargs: dict[str, Any] = {}
@@ -349,7 +354,7 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
                 if i not in stored
             ]
             changed = [
-                {"wid": i, **v}
+                {"wid": i, **v, "last_seen_at": at}
                 for i, v in wanted.items()
                 if i in stored and stored[i] is not v and stored[i] != v
             ]
@@ -357,13 +362,20 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
                 conn.execute(insert(workloads_t), new)
             if changed:
                 conn.execute(update(workloads_t).where(c.id == bindparam("wid")), changed)
-            for chunk in chunks(sorted(stored)):
+            # last_seen_at to SEEN_EVERY, not to the tick: a write per workload a tick was most of this
+            seen, due = self._seen_at, at - SEEN_EVERY
+            bump = sorted(i for i in stored if i not in seen or seen[i] <= due or seen[i] > at)
+            for chunk in chunks(bump):
                 conn.execute(update(workloads_t).where(c.id.in_(chunk)).values(last_seen_at=at))
         if len(self._snapshots) > 100_000:  # bound the cache on a very long-running agent
             self._snapshots.clear()
             made_from.clear()
+            self._seen_at.clear()
         self._snapshots.update(wanted)
         made_from.update((w.id, w) for w in ws)
+        self._seen_at.update(dict.fromkeys(bump, at))
+        self._seen_at.update((r["id"], at) for r in new)
+        self._seen_at.update((r["wid"], at) for r in changed)
 
     def workload_info(self, workload_id: str) -> WorkloadRecord | None:
         with self._tx("read workload") as conn:
