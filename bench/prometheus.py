@@ -43,6 +43,7 @@ from gpusteward.integrations.prometheus.localserver import LocalPrometheus
 from gpusteward.integrations.prometheus.remote_write import Receiver, RemoteWriteSource, encode
 from gpusteward.integrations.prometheus.source import PrometheusSource
 from gpusteward.integrations.sim import SimClock
+from gpusteward.runtime import collector
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import load_settings
 from gpusteward.runtime.loop import Steward
@@ -219,7 +220,8 @@ def run(n: int, repeats: int, workdir: Path) -> dict[str, Any]:
         analysis_ms = median_ms(analysis, repeats)
         found = {u for f in report.findings if f.rule == "zombie" for u in f.gpu_uuids}
         reclaim = {u for f in report.findings if f.action is RuleAction.RECLAIM for u in f.gpu_uuids}
-        rw = remote_write_ticks(steward, clock, source, n, zombies, repeats)
+        with collector.settled():  # as `gpusteward run` does once start-up is over
+            rw = remote_write_ticks(steward, clock, source, n, zombies, repeats)
     finally:
         prom.stop()
     return {

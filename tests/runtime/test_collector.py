@@ -58,3 +58,17 @@ def test_a_caller_that_turned_it_off_keeps_it_off():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_settled_freezes_what_start_up_made_and_gives_it_back():
+    assert gc.get_freeze_count() == 0
+    made_at_start_up = [[i] for i in range(1000)]
+    with collector.settled():
+        assert gc.get_freeze_count() >= len(made_at_start_up)
+    assert gc.get_freeze_count() == 0
+
+
+def test_settled_unfreezes_when_the_loop_fails():
+    with pytest.raises(RuntimeError, match="tick"), collector.settled():
+        raise RuntimeError("tick")
+    assert gc.get_freeze_count() == 0

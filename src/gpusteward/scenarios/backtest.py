@@ -36,6 +36,7 @@ from gpusteward.integrations.replay.observed import trace_from_observations
 from gpusteward.integrations.replay.pods import PodList
 from gpusteward.integrations.replay.queue_model import QueueModel
 from gpusteward.integrations.sim import SimClock
+from gpusteward.runtime import collector
 from gpusteward.runtime.build import build_steward
 from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.ledger_recorder import LedgerRecorder
@@ -167,9 +168,10 @@ def run_backtest(
             model = None
             if queue is not None:
                 model = QueueModel(trace, queue.jobs, source.released_at, source_name=source.name)
-            result = _run(
-                trace, cfg, policy, tick, source, executor, store, on_tick, Scorer(trace, scoring), model
-            )
+            with collector.settled():  # the trace and the set-up frozen: runtime/collector.py
+                result = _run(
+                    trace, cfg, policy, tick, source, executor, store, on_tick, Scorer(trace, scoring), model
+                )
             if model is not None and queue is not None:
                 result.summary.update(queue_figures(model, queue))
             return result

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.integrations.prometheus.parse import LabelMap
+from gpusteward.runtime import collector
 from gpusteward.runtime.config import Settings
 from gpusteward.runtime.driver import StopFlag, Wake, run_forever
 from gpusteward.runtime.logs import configured
@@ -127,9 +128,10 @@ def run_with_server(
         server.start()
         log.info("serving /metrics and /api/v1/alertmanager on %s:%d", host, server.port)
     try:
-        return run_forever(
-            steward, settings.tick_seconds, stop, max_ticks=max_ticks, wake=wake, on_tick=metrics.record
-        )
+        with collector.settled():  # start-up's heap frozen: runtime/collector.py
+            return run_forever(
+                steward, settings.tick_seconds, stop, max_ticks=max_ticks, wake=wake, on_tick=metrics.record
+            )
     finally:
         if server is not None:
             server.stop()
