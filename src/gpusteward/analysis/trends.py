@@ -15,6 +15,8 @@ from gpusteward.domain.models import Metric
 from gpusteward.store.window_view import WindowView
 
 FloatArray = npt.NDArray[np.float64]
+#: Cells per block of rows (about 8 MB of float64 and its index array).
+_BLOCK_CELLS = 1 << 19
 
 
 def counter_increase(view: WindowView, m: Metric, duration_s: float) -> FloatArray:
@@ -25,18 +27,28 @@ def counter_increase(view: WindowView, m: Metric, duration_s: float) -> FloatArr
         return np.full(view.n_gpus, np.nan)
 
     def run() -> FloatArray:
-        prev = np.full(view.n_gpus, np.nan)
-        total = np.zeros(view.n_gpus)
-        pairs = np.zeros(view.n_gpus, dtype=np.int64)
-        ring = view._rings[m]
+        # Blocks of rows, each done at once: a node's 8 GPUs take the whole window in one block
+        # (row by row it was 1,260 small numpy calls a tick), 100,000 GPUs about 10 rows.
+        n = view.n_gpus
+        prev = np.full(n, np.nan)
+        total = np.zeros(n)
+        pairs = np.zeros(n, dtype=np.int64)
+        ring, step_rows = view._rings[m], max(1, _BLOCK_CELLS // max(n, 1))
         for r0, r1, _ in view._segments(*rng):
-            for row in ring[r0:r1].astype(np.float64):
-                step = ~np.isnan(row) & ~np.isnan(prev)
+            for b0 in range(r0, r1, step_rows):
+                block = ring[b0 : min(b0 + step_rows, r1)].astype(np.float64)
+                # Each cell's previous present value: forward-filled down the block from prev.
+                filled = np.vstack([prev[None, :], block])
+                rows = np.where(np.isnan(filled), 0, np.arange(filled.shape[0])[:, None])
+                np.maximum.accumulate(rows, axis=0, out=rows)
+                before = np.take_along_axis(filled, rows[:-1], axis=0)
+                step = ~np.isnan(block) & ~np.isnan(before)
                 # Growth, or after a reset (a drop) the new value itself.
-                grew = np.where(row >= prev, row - prev, row)
-                total += np.where(step, grew, 0.0)
-                pairs += step
-                prev = np.where(np.isnan(row), prev, row)
+                with np.errstate(invalid="ignore"):
+                    grew = np.where(block >= before, block - before, block)
+                total += np.where(step, grew, 0.0).sum(axis=0)
+                pairs += step.sum(axis=0)
+                prev = np.take_along_axis(filled, rows[-1:], axis=0)[0]
         out: FloatArray = np.where(pairs > 0, total, np.nan)
         return out
 
