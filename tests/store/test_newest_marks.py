@@ -12,17 +12,17 @@ import numpy as np
 from gpusteward.domain.models import Metric, Sample
 from gpusteward.store.window import WindowStore
 
-I = 60.0
+STEP = 60.0
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 UTIL = Metric.GPU_UTIL
 
 
 def _at(slot: int) -> datetime:
-    return T0 + timedelta(seconds=slot * I)
+    return T0 + timedelta(seconds=slot * STEP)
 
 
 def _store(slots: int = 10) -> WindowStore:
-    return WindowStore(slots * I, I, metrics=(UTIL,))
+    return WindowStore(slots * STEP, STEP, metrics=(UTIL,))
 
 
 def _below(store: WindowStore, slot: int) -> list[float]:
