@@ -7,13 +7,15 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from gpusteward.cli import app
 from gpusteward.domain.errors import ConfigError
+from gpusteward.integrations.replay.load import load_trace
 from gpusteward.runtime.config import Settings
-from gpusteward.scenarios.sweep import Point, fill, frontier, load_spec, with_setting
+from gpusteward.scenarios.sweep import Point, estimate, fill, frontier, load_spec, with_setting
 
 TRACE = Path(__file__).parents[1] / "fixtures" / "traces" / "gentd26_pods_dev_half.csv.gz"
 QUIET = """\
@@ -50,6 +52,11 @@ def test_sweep_prints_the_frontier_as_json_and_svg(tmp_path: Path) -> None:
     args = ["backtest", "--trace", str(cut(tmp_path)), "--sweep", str(grid), "--jobs", "2"]
     res = CliRunner().invoke(app, [*args, "--tick-seconds", "300", "--json", "--svg", str(svg)])
     assert res.exit_code == 0, res.output
+    # How long it will take is said (on stderr) before it starts.
+    said = r"sweep: 3 points on 2 processes, about ([\d,]+) (s|min) \(timed on the first (\d+)%"
+    plan = re.search(said, res.stderr)
+    assert plan is not None, res.stderr
+    assert 0 < int(plan.group(3)) < 100
     points = {p["name"]: p for p in json.loads(res.stdout)["points"]}
     assert set(points) == {"configured", "window=210 busy=0.05 floor=90", "window=210 busy=0.6 floor=90"}
     # The grid point that spells out the default rule scores exactly as the default pack.
@@ -144,3 +151,16 @@ def test_policies_are_read_beside_the_sweep_file(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "grid.yaml"
     path.write_text("policies: [strict.yaml, /abs/other.yaml]\n", encoding="utf-8")
     assert load_spec(path).policies == [tmp_path / "sub" / "strict.yaml", Path("/abs/other.yaml")]
+
+
+def test_the_estimate_times_a_head_of_the_trace(tmp_path: Path) -> None:
+    trace = load_trace(cut(tmp_path))
+    head = trace.head(3600)
+    assert 0 < len(head) < len(trace)
+    assert head.t.max() < trace.start + 3600 <= trace.t[len(head)]
+    np.testing.assert_array_equal(head.util, trace.util[: len(head)])
+    assert (head.gpus, head.workloads, head.interval_s) == (trace.gpus, trace.workloads, trace.interval_s)
+    plan = estimate(trace, Settings(), points=5, processes=2, tick_s=300)
+    assert (plan.points, plan.processes) == (5, 2)
+    assert plan.estimate_s > 0
+    assert plan.timed_share == pytest.approx(max(0.02, 20 * 300 / (trace.end - trace.start)))

@@ -16,12 +16,22 @@ from gpusteward.integrations.replay import Trace
 from gpusteward.report.frontier_chart import frontier_chart
 from gpusteward.runtime.config import Settings
 from gpusteward.scenarios.scoring import Scoring
-from gpusteward.scenarios.sweep import Point, load_spec, run_sweep
+from gpusteward.scenarios.sweep import Plan, Point, load_spec, run_sweep
 from gpusteward.store.files import write_text
 
 
 def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def plan_line(plan: Plan) -> str:
+    """What the sweep will do, said before it starts (on stderr: --json keeps stdout clean)."""
+    minutes = plan.estimate_s / 60
+    took = f"about {minutes:,.0f} min" if minutes >= 1.5 else f"about {plan.estimate_s:,.0f} s"
+    return (
+        f"sweep: {plan.points} points on {plan.processes} process{'es' if plan.processes > 1 else ''}, "
+        f"{took} (timed on the first {plan.timed_share:.0%} of the trace)"
+    )
 
 
 def print_frontier(console: Console, points: Sequence[Point], trace: str, rule: str) -> None:
@@ -69,6 +79,7 @@ def sweep_command(
             scoring=scoring,
             tick_s=tick_s,
             on_done=lambda done, total: progress.update(task, completed=done, total=total),
+            on_plan=lambda plan: err.print(plan_line(plan), highlight=False),
         )
     if svg is not None:
         chart = frontier_chart(

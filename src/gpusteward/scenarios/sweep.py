@@ -26,6 +26,7 @@ import itertools
 import math
 import re
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -237,6 +238,30 @@ def _pool(jobs: int, trace: Trace, scoring: Scoring, tick_s: float | None) -> It
         yield pool
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a sweep will do and about how long it will take, said before it starts."""
+
+    points: int
+    processes: int
+    estimate_s: float  # wall-clock, from a timed run of the first point over ``timed_share``
+    timed_share: float  # of the trace
+
+
+def estimate(trace: Trace, cfg: Settings, points: int, processes: int, tick_s: float | None) -> Plan:
+    """Times the first point over the first 2 % of ``trace`` (at least 20 ticks) here, and scales
+    it to every point spread over ``processes``. A rough figure: it assumes every point costs what
+    the first does and that the rest of the trace costs what its start does."""
+    span = max(trace.end - trace.start, 1e-9)
+    tick = float(tick_s or max(1.0, trace.interval_s))
+    cut = min(span, max(0.02 * span, 20 * tick))
+    started = time.perf_counter()
+    run_backtest(trace.head(cut), cfg, policy="timing", tick_s=tick_s)
+    per_point = (time.perf_counter() - started) * span / cut
+    rounds = math.ceil(points / max(1, processes))
+    return Plan(points, processes, per_point * rounds, cut / span)
+
+
 def run_sweep(
     trace: Trace,
     base: Settings,
@@ -246,12 +271,17 @@ def run_sweep(
     scoring: Scoring = DEFAULT_SCORING,
     tick_s: float | None = None,
     on_done: Callable[[int, int], None] | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
 ) -> list[Point]:
-    """Every point of ``spec`` backtested over ``trace`` in up to ``jobs`` processes, then marked."""
+    """Every point of ``spec`` backtested over ``trace`` in up to ``jobs`` processes, then marked.
+    ``on_plan`` hears how long that will take before the first point starts."""
     with tempfile.TemporaryDirectory(prefix="gpusteward-sweep-") as tmp:
         sweep = build_points(base, spec, Path(tmp))
         results: dict[int, tuple[int, int, float]] = {}
-        with _pool(max(1, min(jobs, len(sweep.points))), trace, scoring, tick_s) as pool:
+        processes = max(1, min(jobs, len(sweep.points)))
+        if on_plan is not None:
+            on_plan(estimate(trace, sweep.points[0][2], len(sweep.points), processes, tick_s))
+        with _pool(processes, trace, scoring, tick_s) as pool:
             futures = {pool.submit(_score, name, cfg): i for i, (name, _, cfg) in enumerate(sweep.points)}
             for fut in as_completed(futures):
                 results[futures[fut]] = fut.result()

@@ -167,6 +167,25 @@ class Trace:
         out.gpus = tuple(gpus)
         return out
 
+    def head(self, seconds: float) -> Trace:
+        """The rows of the first ``seconds`` (same GPU and workload tables): a short run to time
+        before a long one."""
+        n = int(np.searchsorted(self.t, self.start + seconds, side="left"))
+        return Trace(
+            name=self.name,
+            gpus=self.gpus,
+            t=self.t[:n],
+            gpu=self.gpu[:n],
+            util=self.util[:n],
+            wl=self.wl[:n],
+            workloads=self.workloads,
+            mem=None if self.mem is None else self.mem[:n],
+            power=None if self.power is None else self.power[:n],
+            sm=None if self.sm is None else self.sm[:n],
+            interval_s=self.interval_s,
+            presorted=True,
+        )
+
     def _median_interval(self) -> float:
         if len(self) < 2:
             return 60.0
