@@ -73,3 +73,18 @@ def test_with_prices_fills_unpriced_gpus() -> None:
     assert [g.price_per_hour for g in priced] == [DEFAULT_PRICES["h100"], 9.9]
     assert [g.price_per_hour for g in t.with_prices(gpus, overwrite=True)] == [DEFAULT_PRICES["h100"]] * 2
     assert (priced[0].uuid, priced[0].memory_total_mib) == ("a", 81559)
+
+
+def test_with_prices_gives_the_same_object_back_for_the_same_gpu() -> None:
+    gpu = Gpu("a", "n", 0, "Acme Z9", 81920)
+    t = PriceTable(per_model={"acme z9": 2.0})
+    first = t.with_prices([gpu])[0]
+    assert first.price_per_hour == 2.0
+    assert t.with_prices([gpu])[0] is first  # a source's unchanged GPU: priced once
+    twin = Gpu("a", "n", 0, "Acme Z9", 81920)  # equal, but another object
+    again = t.with_prices([twin])[0]
+    assert again == first
+    assert again is not first
+    other = PriceTable(per_model={"acme z9": 3.0})  # another table prices it afresh
+    assert other.with_prices([gpu])[0].price_per_hour == 3.0
+    assert t.with_prices([gpu], overwrite=True)[0].price_per_hour == 2.0

@@ -106,6 +106,8 @@ class PriceTable(BaseModel):
     )
 
     _cache: dict[tuple[str, str], float] = PrivateAttr(default_factory=dict)
+    # id of a GPU a source handed in -> (that GPU, kept alive so the id stays its own; priced)
+    _priced: dict[int, tuple[Gpu, Gpu]] = PrivateAttr(default_factory=dict)
 
     @field_validator("per_model")
     @classmethod
@@ -147,10 +149,17 @@ class PriceTable(BaseModel):
 
     def with_prices(self, gpus: Iterable[Gpu], *, overwrite: bool = False) -> tuple[Gpu, ...]:
         """The GPUs with ``price_per_hour`` from this table. A price a source already
-        set (a cloud API knows the real one) is kept unless ``overwrite``."""
-        return tuple(
-            g
-            if g.price_per_hour > 0 and not overwrite
-            else dataclasses.replace(g, price_per_hour=self.price_for(g.model))
-            for g in gpus
-        )
+        set (a cloud API knows the real one) is kept unless ``overwrite``. A GPU object priced
+        before gives back the same priced object (sources hand back unchanged GPUs as is)."""
+        memo, out = self._priced, []
+        if len(memo) > 200_000:
+            memo.clear()
+        for g in gpus:
+            if g.price_per_hour > 0 and not overwrite:
+                out.append(g)
+                continue
+            hit = memo.get(id(g))
+            if hit is None or hit[0] is not g or overwrite:
+                hit = memo[id(g)] = (g, dataclasses.replace(g, price_per_hour=self.price_for(g.model)))
+            out.append(hit[1])
+        return tuple(out)

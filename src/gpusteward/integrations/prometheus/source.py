@@ -173,7 +173,8 @@ class PrometheusSource:
             old = self._gpus.get(uuid)
             if old is not None and old.memory_total_mib > gpu.memory_total_mib:
                 gpu = Gpu(gpu.uuid, gpu.node, gpu.index, gpu.model, old.memory_total_mib)
-            self._gpus[uuid] = gpu
+            # An unchanged GPU stays the same object: the loop prices it once, not every tick.
+            self._gpus[uuid] = old if old == gpu else gpu
 
     def _apply(self, slot: Slot) -> bool:
         """Take in one slot's holders and sample times; True when a holder changed."""
