@@ -258,22 +258,27 @@ def clean_value(raw: str | float, scale: float) -> float | None:
     return v * scale
 
 
+# Sample field names, read once (an enum member's .value is a descriptor call, per cell a tick).
+_XID, _XID_FATAL, _RETIRED = Metric.XID.value, Metric.XID_FATAL.value, Metric.RETIRED_PAGES.value
+_REMAP_FAILURE, _THROTTLED = Metric.REMAP_FAILURE.value, Metric.THROTTLED.value
+
+
 def derive_health(values: dict[str, float]) -> None:
     """Fold one GPU's health parts into ``Sample`` fields, in place. A field stays absent
     (None) unless a series fed it: no health series is no reading, never a healthy 0."""
-    xid = values.get(Metric.XID.value)
-    if xid is not None and Metric.XID_FATAL.value not in values:
-        values[Metric.XID_FATAL.value] = float(health.xid_fatal(int(xid)))
-    if Metric.RETIRED_PAGES.value not in values:
+    xid = values.get(_XID)
+    if xid is not None and _XID_FATAL not in values:
+        values[_XID_FATAL] = float(health.xid_fatal(int(xid)))
+    if _RETIRED not in values:
         # Remapped rows (Ampere and newer) where the GPU has them, else retired pages.
         for parts in ((REMAPPED_CORR, REMAPPED_UNC), (RETIRED_SBE, RETIRED_DBE)):
             known = [values[p] for p in parts if p in values]
             if known:
-                values[Metric.RETIRED_PAGES.value] = sum(known)
+                values[_RETIRED] = sum(known)
                 break
     if RETIRED_PENDING in values:
         pending = float(values[RETIRED_PENDING] > 0)
-        values[Metric.REMAP_FAILURE.value] = max(values.get(Metric.REMAP_FAILURE.value, 0.0), pending)
+        values[_REMAP_FAILURE] = max(values.get(_REMAP_FAILURE, 0.0), pending)
     reasons = values.get(CLOCK_REASONS)
-    if reasons is not None and Metric.THROTTLED.value not in values:
-        values[Metric.THROTTLED.value] = float(health.throttled(int(reasons)))
+    if reasons is not None and _THROTTLED not in values:
+        values[_THROTTLED] = float(health.throttled(int(reasons)))
