@@ -363,8 +363,9 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
             if changed:
                 conn.execute(update(workloads_t).where(c.id == bindparam("wid")), changed)
             # last_seen_at to SEEN_EVERY, not to the tick: a write per workload a tick was most of this
-            seen, due = self._seen_at, at - SEEN_EVERY
-            bump = sorted(i for i in stored if i not in seen or seen[i] <= due or seen[i] > at)
+            seen, due, written = self._seen_at, at - SEEN_EVERY, {r["wid"] for r in changed}
+            stale = (i for i in stored if i not in seen or seen[i] <= due or seen[i] > at)
+            bump = sorted(i for i in stale if i not in written)  # a rewritten row has it already
             for chunk in chunks(bump):
                 conn.execute(update(workloads_t).where(c.id.in_(chunk)).values(last_seen_at=at))
         if len(self._snapshots) > 100_000:  # bound the cache on a very long-running agent
@@ -373,9 +374,7 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
             self._seen_at.clear()
         self._snapshots.update(wanted)
         made_from.update((w.id, w) for w in ws)
-        self._seen_at.update(dict.fromkeys(bump, at))
-        self._seen_at.update((r["id"], at) for r in new)
-        self._seen_at.update((r["wid"], at) for r in changed)
+        self._seen_at.update(dict.fromkeys([*bump, *written, *(r["id"] for r in new)], at))
 
     def workload_info(self, workload_id: str) -> WorkloadRecord | None:
         with self._tx("read workload") as conn:
