@@ -1,5 +1,6 @@
 """``json_walk``: the JSON round trip's answer without the text in between (records' ``to_dict``
-and the web's ``plain`` use it on every row of a page)."""
+and the web's ``plain`` use it on every row of a page). ``fastjson``: orjson's text, read and
+written as the standard module does it (the API's answers, the store's JSON columns)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from datetime import UTC, date, datetime
 from enum import Enum, IntEnum
 from typing import Any
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpusteward.domain import fastjson
 from gpusteward.domain.records import jsonable
-from gpusteward.web.data import _default, plain
+from gpusteward.web.data import _default, json_bytes, plain
 
 
 def _round_trip(value: Any, default: Any) -> Any:
@@ -37,6 +40,7 @@ leaves = st.one_of(
     st.datetimes(timezones=st.just(UTC)),
     st.dates(),
     st.sampled_from([Colour.RED, Rank.HIGH, b"x", 1.5j]),  # enums, an int subclass, str() defaults
+    st.floats().map(np.float64),  # a float subclass: written as the float
 )
 keys = st.one_of(st.text(max_size=4), st.integers(), st.booleans(), st.none(), st.floats(allow_nan=False))
 values = st.recursive(
@@ -80,3 +84,26 @@ def test_the_cases_that_matter() -> None:
         "n": {"1": None},
     }
     assert jsonable({"at": at, "v": [math.nan, 2.0]}) == {"at": str(at), "v": [None, 2.0]}
+
+
+@given(values)
+def test_web_json_bytes_is_the_text_of_plain(value: Any) -> None:
+    # orjson where it writes what json would, the json module where it would not (keys that
+    # are not strings, integers past 64 bits): the same JSON either way.
+    assert _same(json.loads(json_bytes(value)), plain(value))
+
+
+@given(values)
+def test_fastjson_loads_reads_what_json_reads(value: Any) -> None:
+    text = json.dumps(value, default=str)  # NaN and Infinity literals, integers of any size
+    assert _same(fastjson.loads(text), json.loads(text))
+    assert _same(fastjson.loads(memoryview(text.encode())), json.loads(text))
+
+
+def test_json_bytes_cases() -> None:
+    at = datetime(2026, 2, 3, 12, 36, tzinfo=UTC)
+    assert json_bytes({"at": at, "x": np.float64("nan"), "k": (Rank.HIGH, Colour.RED)}) == (
+        b'{"at":"2026-02-03T12:36:00+00:00","x":null,"k":[3,"red"]}'
+    )
+    assert json.loads(json_bytes({1: 2**70})) == {"1": 2**70}  # the json module's answer
+    assert fastjson.dumps({1: 2}, str) is None

@@ -66,15 +66,26 @@ def plain(record: Any, *, inline: Iterable[str] = (), skip: Iterable[str] = ()) 
     nested records as dicts, or merged in when named in ``inline``; times stay aware datetimes."""
     inlined, skipped = frozenset(inline), frozenset(skip)
     out: dict[str, Any] = {}
-    for f in fields(record):
-        if f.name in skipped:
+    kind = type(record)
+    names = _FIELD_NAMES.get(kind)
+    if names is None:  # fields() rebuilds its tuple each call: hundreds of records a page
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in fields(record))
+    for name in names:
+        if name in skipped:
             continue
-        value = getattr(record, f.name)
-        if f.name in inlined:
+        value = getattr(record, name)
+        if name in inlined:
             out.update(plain(value, skip=skipped))
+        elif type(value) in _AS_IS:
+            out[name] = value
         else:
-            out[f.name] = _plain_value(value)
+            out[name] = _plain_value(value)
     return out
+
+
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+#: Values ``plain`` keeps as they are, checked by exact type first (most of a record's fields).
+_AS_IS = frozenset({str, int, float, bool, type(None), datetime})
 
 
 def _plain_value(value: Any) -> Any:
@@ -83,7 +94,7 @@ def _plain_value(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, tuple | list):
-        return [_plain_value(v) for v in value]
+        return [v if type(v) in _AS_IS else _plain_value(v) for v in value]
     if isinstance(value, Mapping):
         return jsonable(dict(value))
     if is_dataclass(value) and not isinstance(value, type):

@@ -16,8 +16,9 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import ColumnElement, Select, Table, Text, cast, false, func, or_, select
 
-from gpusteward.domain.models import Action, Level
-from gpusteward.store.db import FindingEpisode, StateStore, WorkloadRecord
+from gpusteward.domain import fastjson
+from gpusteward.domain.models import Action, Level, Owner
+from gpusteward.store.db import FindingEpisode, StateStore
 from gpusteward.store.dbschema import (
     AuditRecord,
     action_of,
@@ -25,9 +26,9 @@ from gpusteward.store.dbschema import (
     audit_t,
     episode_of,
     episodes_t,
-    workload_of,
     workloads_t,
 )
+from gpusteward.store.rows import owner_of
 
 T = TypeVar("T")
 #: Rows per query when a caller walks every match (exports).
@@ -162,17 +163,27 @@ def _finding_where(f: FindingFilter) -> list[Any]:
     return where
 
 
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who a finding's workload was, from its snapshot: what a list of findings shows of it."""
+
+    name: str
+    owner: Owner
+
+
 def findings_page(
     store: StateStore, f: FindingFilter, *, before: int | None = None, limit: int = 500
-) -> Page[tuple[FindingEpisode, WorkloadRecord | None]]:
-    """Finding episodes, newest first, each with its workload snapshot (None if there is none)."""
+) -> Page[tuple[FindingEpisode, Holder | None]]:
+    """Finding episodes, newest first, each with its workload's holder (None without a snapshot)."""
     page = _page(store, episodes_t, _finding_where(f), before, limit)
     episodes = [episode_of(r) for r in page.rows]
     wids = sorted({e.finding.workload_id for e in episodes if e.finding.workload_id})
+    w = workloads_t.c
+    # Three columns, not the snapshots: their labels and annotations were a third of a page's reading.
     with store.transaction("browse workloads") as conn:
-        found = conn.execute(select(workloads_t).where(workloads_t.c.id.in_(wids))).all() if wids else []
-    snapshots = {r.id: workload_of(r) for r in found}
-    rows = [(e, snapshots.get(e.finding.workload_id or "")) for e in episodes]
+        found = conn.execute(select(w.id, w.name, w.owner).where(w.id.in_(wids))).all() if wids else []
+    holders = {r.id: Holder(r.name, owner_of(r.owner) or Owner("")) for r in found}
+    rows = [(e, holders.get(e.finding.workload_id or "")) for e in episodes]
     return Page(rows, page.next_before)
 
 
@@ -195,7 +206,7 @@ def finding_facets(store: StateStore, *, open_only: bool) -> FindingFacets:
     with store.transaction("browse finding facets") as conn:
         held_by = conn.execute(select(c.kind, _as_text(c.gpu_uuids)).where(*scope).distinct()).all()
         owners = conn.execute(select(_owner("user"), _owner("team")).where(owned).distinct()).all()
-    uuids = {str(u) for _, text in held_by for u in json.loads(text)}
+    uuids = {str(u) for _, text in held_by for u in fastjson.loads(text)}
     return FindingFacets(
         kinds=sorted({k for k, _ in held_by if k}),
         owners=sorted({u for u, _ in owners if u}),

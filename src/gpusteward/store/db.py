@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection, Row, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
+from gpusteward.domain import fastjson
 from gpusteward.domain.errors import StoreError
 from gpusteward.domain.models import Decision, Finding, LadderState, Notice, Workload
 from gpusteward.domain.records import (
@@ -104,11 +105,11 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
         self._seen_at: dict[str, datetime] = {}  # and the last_seen_at last written with it
         try:
             parsed = make_url(url)
-            kwargs: dict[str, Any] = {}
+            kwargs: dict[str, Any] = {"json_deserializer": fastjson.loads}  # a JSON column or two a row
             sqlite = parsed.get_backend_name() == "sqlite"
             if sqlite and parsed.database in (None, "", ":memory:"):
                 # One shared connection, or each checkout would see a different empty database.
-                kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+                kwargs |= {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
             self._engine = create_engine(parsed, **kwargs)
             if sqlite:
                 event.listen(self._engine, "connect", _sqlite_pragmas)

@@ -83,9 +83,12 @@ def record_of(cls: type[T], values: Mapping[Any, Any], **given: Any) -> T:
     for name, convert in converters:
         if name in given:
             out[name] = given[name]
-        elif name in values:
+            continue
+        try:  # not ``name in values``: a row's membership test costs more than its look-up
             v = values[name]
-            out[name] = v if convert is None else convert(v)
+        except KeyError:
+            continue
+        out[name] = v if convert is None else convert(v)
     return cls(**out)
 
 

@@ -66,11 +66,11 @@ class RuleText(BaseModel):
     )
 
 
-def _json(value: Any, status: int = 200) -> JSONResponse:
-    return JSONResponse(data.plain(value), status_code=status)
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(data.json_bytes(value), status_code=status, media_type="application/json")
 
 
-def _paged(request: Request, listing: data.Listing) -> JSONResponse:
+def _paged(request: Request, listing: data.Listing) -> Response:
     """One page as the JSON list it always was; the next page's link in the ``Link`` header."""
     resp = _json(listing.rows)
     if listing.next_before is not None:
@@ -104,7 +104,7 @@ def _listed(
     return _paged(request, listing)
 
 
-def _refused(e: ControlError) -> JSONResponse:
+def _refused(e: ControlError) -> Response:
     text = str(e)
     return JSONResponse({"error": text}, status_code=404 if text.startswith("no ") else 409)
 
@@ -116,7 +116,7 @@ def me(request: Request) -> dict[str, str]:
 
 
 @router.get("/overview", summary="Cluster utilisation, idle GPUs, waste and savings, recent actions")
-def overview(request: Request) -> JSONResponse:
+def overview(request: Request) -> Response:
     caller(request)
     return _json(
         {**overview_data.for_context(ctx_of(request)), "cluster": ctx_of(request).settings.web.cluster_name}
@@ -130,14 +130,14 @@ Format = Literal["json", "csv"]
 
 
 @router.get("/findings", summary="Finding episodes, newest first (paged: see the Link header)")
-def findings(request: Request, query: Annotated[FindingQuery, Depends(finding_query)]) -> JSONResponse:
+def findings(request: Request, query: Annotated[FindingQuery, Depends(finding_query)]) -> Response:
     caller(request)
     ctx = ctx_of(request)
     return _paged(request, data.findings(ctx.store, ctx.gpus(), query))
 
 
 @router.get("/workloads/{workload_id:path}", summary="A workload: findings, decisions, actions, notices")
-def workload(request: Request, workload_id: str) -> JSONResponse:
+def workload(request: Request, workload_id: str) -> Response:
     caller(request)
     ctx = ctx_of(request)
     found = data.workload(ctx.store, workload_id, ctx.gpus())
@@ -147,7 +147,7 @@ def workload(request: Request, workload_id: str) -> JSONResponse:
 
 
 @router.post("/workloads/{workload_id:path}/snooze", summary="Leave a workload alone for a while")
-def snooze(request: Request, workload_id: str, body: SnoozeBody) -> JSONResponse:
+def snooze(request: Request, workload_id: str, body: SnoozeBody) -> Response:
     who = caller(request, Role.OPERATOR)
     try:
         rec = ctx_of(request).snooze(workload_id, hours=body.hours, by=who.name, reason=body.reason)
@@ -185,12 +185,12 @@ def audit(
 
 
 @router.get("/approvals", summary="Approval requests, newest first")
-def approvals(request: Request, query: Annotated[ApprovalQuery, Depends(approval_query)]) -> JSONResponse:
+def approvals(request: Request, query: Annotated[ApprovalQuery, Depends(approval_query)]) -> Response:
     caller(request)
     return _json([a.to_dict() for a in data.approvals(ctx_of(request).store, query)])
 
 
-def _decide(request: Request, approval_id: int, approve: bool, reason: str) -> JSONResponse:
+def _decide(request: Request, approval_id: int, approve: bool, reason: str) -> Response:
     who = caller(request, Role.OPERATOR)
     try:
         rec = ctx_of(request).decide(approval_id, approve=approve, by=who.name, reason=reason)
@@ -200,23 +200,23 @@ def _decide(request: Request, approval_id: int, approve: bool, reason: str) -> J
 
 
 @router.post("/approvals/{approval_id}/approve", summary="Approve a waiting step")
-def approve(request: Request, approval_id: ApprovalId, body: Reason | None = None) -> JSONResponse:
+def approve(request: Request, approval_id: ApprovalId, body: Reason | None = None) -> Response:
     return _decide(request, approval_id, True, body.reason if body else "")
 
 
 @router.post("/approvals/{approval_id}/reject", summary="Reject a waiting step (a reason is required)")
-def reject(request: Request, approval_id: ApprovalId, body: Reason) -> JSONResponse:
+def reject(request: Request, approval_id: ApprovalId, body: Reason) -> Response:
     return _decide(request, approval_id, False, body.reason)
 
 
 @router.get("/rules", summary="The rules in force")
-def rules(request: Request) -> JSONResponse:
+def rules(request: Request) -> Response:
     caller(request)
     return _json([rule_data.rule_row(r) for r in ctx_of(request).rules])
 
 
 @router.post("/rules/preview", summary="Validate a rule pack and show what it would flag right now")
-def rules_preview(request: Request, body: RuleText) -> JSONResponse:
+def rules_preview(request: Request, body: RuleText) -> Response:
     caller(request)
     ctx = ctx_of(request)
     try:
@@ -234,7 +234,7 @@ def rules_preview(request: Request, body: RuleText) -> JSONResponse:
 
 
 @router.get("/settings", summary="Mode, pause state, roll-out scopes and what the caller may do")
-def settings(request: Request) -> JSONResponse:
+def settings(request: Request) -> Response:
     who = caller(request)
     ctx = ctx_of(request)
     pause = ctx.store.pause_state()
@@ -254,14 +254,14 @@ def settings(request: Request) -> JSONResponse:
 
 
 @router.post("/pause", summary="The kill switch: no action from the next tick on")
-def pause(request: Request, body: Reason | None = None) -> JSONResponse:
+def pause(request: Request, body: Reason | None = None) -> Response:
     who = caller(request, Role.OPERATOR)
     ctx_of(request).set_paused(True, by=who.name, reason=body.reason if body else "")
     return _json({"paused": True})
 
 
 @router.post("/resume", summary="Release the kill switch")
-def resume(request: Request, body: Reason | None = None) -> JSONResponse:
+def resume(request: Request, body: Reason | None = None) -> Response:
     who = caller(request, Role.OPERATOR)
     ctx_of(request).set_paused(False, by=who.name, reason=body.reason if body else "")
     return _json({"paused": False})

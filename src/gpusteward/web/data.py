@@ -13,8 +13,10 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from enum import Enum
 from typing import Any
 
+from gpusteward.domain import fastjson
 from gpusteward.domain.models import Gpu
 from gpusteward.domain.records import NotPlain, json_walk
 from gpusteward.store import browse
@@ -35,6 +37,14 @@ def plain(value: Any) -> Any:
         return json.loads(json.dumps(value, default=_default), parse_constant=lambda _: None)
 
 
+def json_bytes(value: Any) -> bytes:
+    """The JSON text of ``plain(value)``, written without building ``plain``'s copy first."""
+    fast = fastjson.dumps(value, _default)
+    if fast is not None:
+        return fast
+    return json.dumps(plain(value), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
 def _leaf(v: Any) -> Any:
     if isinstance(v, datetime | date):
         return _default(v)
@@ -46,6 +56,8 @@ def _default(v: Any) -> Any:
         return iso(v)
     if isinstance(v, date):
         return v.isoformat()
+    if isinstance(v, Enum):  # by value, as records' to_dict writes them (and orjson does)
+        return v.value
     return str(v)
 
 
@@ -75,7 +87,9 @@ def gpu_name(gpus: Mapping[str, Gpu], uuid: str) -> str:
 
 
 # -- findings ------------------------------------------------------------------------------------
-def finding_row(e: FindingEpisode, w: WorkloadRecord | None, gpus: Mapping[str, Gpu]) -> dict[str, Any]:
+def finding_row(
+    e: FindingEpisode, w: browse.Holder | WorkloadRecord | None, gpus: Mapping[str, Gpu]
+) -> dict[str, Any]:
     row = e.to_dict()
     row["user"] = w.owner.user if w else ""
     row["team"] = w.owner.team if w else ""

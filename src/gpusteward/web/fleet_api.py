@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from gpusteward.domain.queue import Queue
 from gpusteward.runtime.loop import Steward
@@ -70,7 +70,7 @@ def waiting(queue: Queue | None, now: datetime) -> list[dict[str, Any]]:
 
 
 @router.get("/fleet", summary="For a federation hub: GPUs per model, idle ones, the waiting jobs, health")
-def fleet(request: Request) -> JSONResponse:
+def fleet(request: Request) -> Response:
     caller(request)
     ctx = ctx_of(request)
     now, steward = ctx.now(), ctx.steward()

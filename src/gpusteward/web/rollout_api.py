@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from gpusteward.domain.errors import ControlError
@@ -32,14 +32,14 @@ class DismissBody(BaseModel):
 
 
 @router.get("/rollout", summary="Per scope: stage, days, findings, would-have, false kills, readiness")
-def status(request: Request) -> JSONResponse:
+def status(request: Request) -> Response:
     caller(request)
     ctx = ctx_of(request)
     return _json(rollout_data.status(ctx.store, ctx.settings.policy, ctx.now()))
 
 
 @router.post("/rollout/{scope}/promote", summary="Move a scope one stage on (refused without the criteria)")
-def promote(request: Request, scope: ScopeName, body: PromoteBody | None = None) -> JSONResponse:
+def promote(request: Request, scope: ScopeName, body: PromoteBody | None = None) -> Response:
     who = caller(request, Role.ADMIN)
     body = body or PromoteBody()
     try:
@@ -50,15 +50,13 @@ def promote(request: Request, scope: ScopeName, body: PromoteBody | None = None)
 
 
 @router.get("/rollout/false-kills", summary="Suspected false kills, newest first, and reclaim counts")
-def false_kills(
-    request: Request, query: Annotated[FalseKillQuery, Depends(false_kill_query)]
-) -> JSONResponse:
+def false_kills(request: Request, query: Annotated[FalseKillQuery, Depends(false_kill_query)]) -> Response:
     caller(request)
     ctx = ctx_of(request)
     return _json(rollout_data.false_kills(ctx.store, ctx.settings.policy, query))
 
 
-def _settle(request: Request, fk_id: int, confirm: bool, reason: str) -> JSONResponse:
+def _settle(request: Request, fk_id: int, confirm: bool, reason: str) -> Response:
     who = caller(request, Role.ADMIN)
     try:
         fk = ctx_of(request).settle_false_kill(fk_id, confirm=confirm, by=who.name, reason=reason)
@@ -68,17 +66,17 @@ def _settle(request: Request, fk_id: int, confirm: bool, reason: str) -> JSONRes
 
 
 @router.post("/rollout/false-kills/{fk_id}/confirm", summary="It was a false kill: counts against promotion")
-def confirm(request: Request, fk_id: FalseKillId, body: Reason | None = None) -> JSONResponse:
+def confirm(request: Request, fk_id: FalseKillId, body: Reason | None = None) -> Response:
     return _settle(request, fk_id, True, body.reason if body else "")
 
 
 @router.post("/rollout/false-kills/{fk_id}/dismiss", summary="It was not a false kill (a reason is required)")
-def dismiss(request: Request, fk_id: FalseKillId, body: DismissBody) -> JSONResponse:
+def dismiss(request: Request, fk_id: FalseKillId, body: DismissBody) -> Response:
     return _settle(request, fk_id, False, body.reason)
 
 
 @router.post("/workloads/{workload_id:path}/appeal", summary="Appeal a stop (a suspected false kill)")
-def appeal(request: Request, workload_id: str, body: Reason | None = None) -> JSONResponse:
+def appeal(request: Request, workload_id: str, body: Reason | None = None) -> Response:
     who = caller(request, Role.OPERATOR)
     reason = body.reason if body else ""
     ctx_of(request).appeal(workload_id, by=who.name, reason=reason)

@@ -64,7 +64,8 @@ class SecurityHeaders:
 def templates(directory: Path) -> Jinja2Templates:
     """Every template is HTML, so every ``{{ value }}`` is escaped; ``Markup`` marks the few
     fragments the server builds itself from escaped parts (the SVG charts)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(directory), autoescape=True)
+    # They ship in the package: no stat() of the file on every render to see whether it changed.
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(directory), autoescape=True, auto_reload=False)
     return Jinja2Templates(env=env)
 
 

@@ -9,7 +9,7 @@ import io
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from gpusteward.analysis import budgets as budget_figures
 from gpusteward.analysis.focus import COLUMNS, csv_value, focus_rows
@@ -51,7 +51,7 @@ def budget_rows(ctx: WebContext, month: str, totals: dict[str, Any]) -> list[dic
 
 
 @router.get("/showback", summary="A month's showback rows per day, team, owner, GPU model and rate")
-def showback(request: Request, month: MonthQuery = None) -> JSONResponse:
+def showback(request: Request, month: MonthQuery = None) -> Response:
     caller(request)
     ctx = ctx_of(request)
     chosen = chosen_month(ctx, month)
@@ -60,7 +60,7 @@ def showback(request: Request, month: MonthQuery = None) -> JSONResponse:
 
 
 @router.get("/showback/budgets", summary="Each team's budget against the month, with the burn-rate forecast")
-def budgets(request: Request, month: MonthQuery = None) -> JSONResponse:
+def budgets(request: Request, month: MonthQuery = None) -> Response:
     caller(request)
     ctx = ctx_of(request)
     chosen = chosen_month(ctx, month)
