@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import insert
 
-from gpusteward.domain.models import Finding, RuleAction
+from gpusteward.domain.models import Finding, Owner, RuleAction
 from gpusteward.store import browse
 from gpusteward.store.db import StateStore
 from gpusteward.store.dbschema import actions_t, audit_t, workloads_t
@@ -175,8 +175,7 @@ def test_finding_filters_combine_and_page(store: StateStore) -> None:
     assert keys(exact) == [e.id for e in reversed(everything) if e.finding.workload_id == "job-1"]
     page = browse.findings_page(store, browse.FindingFilter(owner="bob"), limit=1)
     ((episode, snapshot),) = page.rows
-    assert snapshot is not None
-    assert snapshot.owner.team == "vision"
+    assert snapshot == browse.Holder("job-1", Owner("bob", "vision"))  # from the snapshot's columns
     assert page.next_before == episode.id
 
     facets = browse.finding_facets(store, open_only=False)
