@@ -23,6 +23,9 @@ from gpusteward.domain.models import ActionStatus, ApprovalStatus
 MAX_ID = 2**63 - 1
 #: Free-text filters: longer than any id, name or search a person types.
 MAX_TEXT = 500
+#: Rows a page of findings, actions or the audit log unless ``limit`` says otherwise: a screenful
+#: or two to scroll, with keyset links to the older ones (findings were 500: 257 KB of HTML).
+PAGE_ROWS = 200
 
 Text = Annotated[str, Query(max_length=MAX_TEXT)]
 Before = Annotated[
@@ -77,7 +80,9 @@ def finding_query(
     team: Text = "",
     node: Text = "",
     status: Literal["open", "all"] = "open",
-    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+    limit: Annotated[
+        int, Query(ge=1, le=5000, description="Rows a page; the `Link` header names the next page.")
+    ] = PAGE_ROWS,
     before: Before = None,
 ) -> FindingQuery:
     return FindingQuery(kind, owner, team, node, status, limit, before)
@@ -98,7 +103,7 @@ class ActionQuery:
 
     @property
     def page_size(self) -> int:
-        return self.limit or 200
+        return self.limit or PAGE_ROWS
 
 
 def action_query(
@@ -125,7 +130,7 @@ class AuditQuery:
 
     @property
     def page_size(self) -> int:
-        return self.limit or 200
+        return self.limit or PAGE_ROWS
 
 
 def audit_query(
