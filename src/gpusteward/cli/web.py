@@ -19,10 +19,11 @@ from gpusteward.runtime.config import Settings, load_settings
 from gpusteward.runtime.loop import Steward
 from gpusteward.store.access import AccessStore, Role
 from gpusteward.store.db import StateStore
-from gpusteward.web.app import create_web_app
+from gpusteward.web.app import create_web_app, signing_key
 from gpusteward.web.live import Attached, Probe
 from gpusteward.web.serve import serve_app
 from gpusteward.web.settings import parse_listen
+from gpusteward.web.workers import serve_workers
 
 out = output.console()
 token_app = typer.Typer(
@@ -54,6 +55,17 @@ def serve(
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: from web.listen, 8080).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log each request.")] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            "-w",
+            min=1,
+            max=64,
+            help="Processes that answer requests (default: web.workers, 1). One per core for a busy "
+            "admin: one process runs one request's Python at a time.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the web admin: overview charts, findings, workloads, actions and audit (searchable,
     exportable), approvals, rules with a live preview, and pause/resume; the JSON API under
@@ -61,22 +73,33 @@ def serve(
 
     It reads the state database the loop writes (run `gpusteward run` beside it, or use
     `gpusteward run --web` for both in one process). Log in with a token from
-    `gpusteward token create`.
+    `gpusteward token create`. With `--workers 4`, four processes answer on the same port.
     """
     with exit_on_errors():
         settings = load_settings(config)
         logsetup.apply(settings, verbose=verbose)
         default_host, default_port = parse_listen(settings.web.listen)
         store = _store(settings)
-        app = create_web_app(
-            store, settings, load_rules(settings), live=Probe(settings, store, SystemClock())
-        )
+        processes = workers or settings.web.workers
+        if processes > 1:
+            # Made here, before the workers start, so they all read one key (none races to make it).
+            signing_key(settings, AccessStore(store))
+            app = None
+        else:
+            app = create_web_app(
+                store, settings, load_rules(settings), live=Probe(settings, store, SystemClock())
+            )
         bind, at = host or default_host, port if port is not None else default_port
         if not AccessStore(store).tokens():
             err.print("no API tokens yet: make one with `gpusteward token create --role admin --name you`")
-        err.print(f"gpusteward web admin on http://{bind}:{at} (state {store.url})", highlight=False)
+        across = f", {processes} processes" if processes > 1 else ""
+        err.print(f"gpusteward web admin on http://{bind}:{at} (state {store.url}{across})", highlight=False)
     grace = settings.web.shutdown_grace_seconds
-    serve_app(app, bind, at, log_level="info" if verbose else "warning", grace_s=grace)
+    if app is None:
+        store.close()
+        serve_workers(config, bind, at, processes, verbose=verbose, grace_s=grace)
+    else:
+        serve_app(app, bind, at, log_level="info" if verbose else "warning", grace_s=grace)
 
 
 def web_for_run(settings: Settings, store: StateStore) -> Any:

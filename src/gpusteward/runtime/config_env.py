@@ -32,8 +32,9 @@ def variable_for(loc: Sequence[object]) -> str | None:
 
 
 def _not_setting(rest: str) -> bool:
-    # Kubernetes sets <SERVICE>_PORT, <SERVICE>_SERVICE_HOST, ... for a Service named gpusteward.
-    return rest in NOT_SETTINGS or rest.startswith(("TEST_", "SERVICE_", "PORT"))
+    # Kubernetes sets <SERVICE>_PORT, <SERVICE>_SERVICE_HOST, ... for a Service named gpusteward;
+    # `serve --workers` tells its workers their config in SERVE_WORKER_* (web/workers.py).
+    return rest in NOT_SETTINGS or rest.startswith(("TEST_", "SERVICE_", "PORT", "SERVE_WORKER_"))
 
 
 def unknown_variables(model: type[BaseModel]) -> list[str]:

@@ -9,6 +9,7 @@ the loop's ``/metrics``, ``/healthz`` and Alertmanager receiver.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,10 @@ def create_web_app(
     clock: Clock | None = None,
     mount: ASGIApp | None = None,
     on_rules_saved: Callable[[list[CompiledRule]], None] | None = None,
+    processes: int = 1,
 ) -> FastAPI:
+    """The web admin. ``processes``: how many serve the same socket (``serve --workers``); each
+    counts failed logins on its own, so each allows its share of ``web.login_max_failures``."""
     access = AccessStore(store)
     key = signing_key(settings, access)
     ctx = WebContext(
@@ -68,7 +72,7 @@ def create_web_app(
             secure=settings.web.secure_cookies,
             guard=LoginGuard(
                 store,
-                max_failures=settings.web.login_max_failures,
+                max_failures=math.ceil(settings.web.login_max_failures / processes),
                 window_s=settings.web.login_window_seconds,
             ),
         ),

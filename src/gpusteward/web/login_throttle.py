@@ -5,7 +5,8 @@ first characters of the token it tried) waits until the oldest of those failures
 window: the login form and the API answer 429 with ``Retry-After``. Correct tokens wait too, or
 a guesser would learn from the answer. The window is in memory and bounded: at most
 ``max_failures`` times per key and ``max_keys`` keys, the least recently failed key dropped first.
-It is per process (``serve`` and ``run --web`` each count their own).
+It is per process (``serve`` and ``run --web`` each count their own; each of ``serve --workers``
+processes allows its share of the limit, ``web.workers``).
 
 Behind a proxy the source address is the proxy's unless uvicorn is told to trust its
 ``X-Forwarded-For`` (``--proxy-headers``, ``--forwarded-allow-ips``).

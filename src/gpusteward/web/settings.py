@@ -61,6 +61,14 @@ class WebSettings(BaseModel):
     listen: str = Field(
         "127.0.0.1:8080", description="HOST:PORT for `gpusteward serve` (its --host/--port override)."
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Processes `gpusteward serve` answers requests in (its --workers overrides): "
+        "one Python process serves one request at a time, so give a busy admin one per core. "
+        "`run --web` serves from the loop's own process and ignores it.",
+    )
     base_url: str = Field(
         "",
         description="Where people reach the web app (e.g. https://gpusteward.example.com): the "
