@@ -12,8 +12,8 @@ idle notebooks), so the row rates are on the high side of a real cluster's. ``db
 is ``pg_total_relation_size`` (heap, indexes, TOAST) over gpusteward's tables: the empty schema
 plus the rows' share scaled to 30 days.
 
-**Pages.** ``gpusteward web``'s app (``create_web_app`` over that schema, no loop attached) is
-served by uvicorn in a child process on loopback; ``--readers`` concurrent httpx clients send
+**Pages.** ``gpusteward serve`` over that schema (no loop attached) in a child process on
+loopback, in ``--workers`` processes (1 by default); ``--readers`` concurrent httpx clients send
 ``--requests`` requests in all, round robin over the findings, actions and audit pages and their
 ``/api/v1`` twins, each with a viewer's bearer token. Baseline, interleaved in the same stream:
 ``/api/v1/me`` (same app, same auth, no query). Prints ``p95_ms`` (all six), per path, and
@@ -21,6 +21,7 @@ served by uvicorn in a child process on loopback; ``--readers`` concurrent httpx
 
     python bench/web.py --json                                   # quick: 640 GPUs, 1 day
     python bench/web.py --gpus 10000 --days 30 --readers 20 --requests 2000 --json
+    python bench/web.py --schema bench_web_<id> --workers 2 --json  # serve --workers 2
     python bench/web.py --gpus 10000 --days 30 --keep           # keep the schema for EXPLAIN
     python bench/web.py --schema bench_web_<id> --json           # the load test again over it
 """
@@ -32,9 +33,11 @@ import asyncio
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -45,6 +48,7 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine, String, Text, create_engine, text
 
+from gpusteward.integrations.prometheus.localserver import free_port
 from gpusteward.integrations.sim import DEFAULT_START, SimClock
 from gpusteward.notify import MemoryNotifier
 from gpusteward.runtime.build import build_steward
@@ -86,15 +90,19 @@ def schema_url(schema: str) -> str:
     return f"{PG_SERVER}?options=-csearch_path%3D{schema}"
 
 
+def bench_config(schema: str) -> dict[str, Any]:
+    """The agent's config: the calibration's overrides, and the served config file's contents."""
+    return {
+        "mode": "enforce",
+        "tick_seconds": TICK_S,
+        "source": {"name": "sim", "sim": {"scenario": "default", "history_hours": 0}},
+        "store": {"url": schema_url(schema)},
+        "web": {"secret_key": "bench-signing-key-0123456789abcdef"},
+    }
+
+
 def bench_settings(schema: str) -> Settings:
-    return load_settings(
-        None,
-        mode="enforce",
-        tick_seconds=TICK_S,
-        source={"name": "sim", "sim": {"scenario": "default", "history_hours": 0}},
-        store={"url": schema_url(schema)},
-        web={"secret_key": "bench-signing-key-0123456789abcdef"},
-    )
+    return load_settings(None, **bench_config(schema))
 
 
 def calibrate(schema: str, hours: float) -> str:
@@ -184,23 +192,20 @@ def db_bytes(engine: Engine, schema: str) -> int:
         )
 
 
-def serve(schema: str) -> None:
-    """Child process: ``gpusteward web``'s app over the schema; prints the port, runs until stdin closes."""
-    from gpusteward.domain.ports import SystemClock
-    from gpusteward.runtime.build import load_rules
-    from gpusteward.web.app import create_web_app
-    from gpusteward.web.live import Probe
-    from gpusteward.web.serve import BackgroundServer
+def serve(schema: str, workers: int, cfg: Path) -> tuple[subprocess.Popen[str], str]:
+    """``gpusteward serve`` over the schema in a child process, as an admin would start it."""
+    cfg.write_text(json.dumps(bench_config(schema)))  # YAML is a superset of JSON
+    port = free_port()
+    cmd = [sys.executable, "-m", "gpusteward", "serve", "-c", str(cfg), "--port", str(port)]
+    child = subprocess.Popen([*cmd, "--workers", str(workers)], stdout=subprocess.DEVNULL, text=True)
+    return child, f"http://127.0.0.1:{port}"
 
-    settings = bench_settings(schema)
-    store = StateStore(settings.store.url)
-    # As ``gpusteward web`` builds it: no loop attached, a probe of the source for live figures.
-    app = create_web_app(store, settings, load_rules(settings), live=Probe(settings, store, SystemClock()))
-    server = BackgroundServer(app, "127.0.0.1", 0)
-    server.start()
-    print(server.port, flush=True)
-    sys.stdin.read()
-    server.stop()
+
+def _answers(base: str, token: str) -> bool:
+    try:
+        return httpx.get(f"{base}{BASELINE}", headers={"authorization": f"Bearer {token}"}).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 async def load(base: str, token: str, readers: int, requests: int) -> dict[str, list[float]]:
@@ -233,27 +238,26 @@ def p95(values: list[float]) -> float:
     )
 
 
-def pages(schema: str, token: str, readers: int, requests: int) -> dict[str, Any]:
-    child = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--serve", schema],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        port = int(child.stdout.readline())
-        base = f"http://127.0.0.1:{port}"
-        asyncio.run(load(base, token, readers, min(len(PATHS) + 1, requests)))  # warm-up
-        times = asyncio.run(load(base, token, readers, requests))
-    finally:
-        assert child.stdin is not None
-        child.stdin.close()
-        child.wait(timeout=30)
+def pages(schema: str, token: str, readers: int, requests: int, workers: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        child, base = serve(schema, workers, Path(tmp) / "bench.yaml")
+        try:
+            deadline = time.monotonic() + 120
+            while not _answers(base, token):
+                if child.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"gpusteward serve did not answer on {base} (exit {child.poll()})")
+                time.sleep(0.2)
+            # Warm-up: every path once per worker process.
+            asyncio.run(load(base, token, readers, min((len(PATHS) + 1) * workers, requests)))
+            times = asyncio.run(load(base, token, readers, requests))
+        finally:
+            child.send_signal(signal.SIGTERM)
+            child.wait(timeout=60)
     pages_ms = [t for p in PATHS for t in times[p]]
     overall = p95(pages_ms)
     base_p95 = p95(times[BASELINE])
     return {
+        "workers": workers,
         "readers": readers,
         "requests": sum(len(v) for v in times.values()),
         "p95_ms": overall,
@@ -276,7 +280,8 @@ def reread(schema: str, args: argparse.Namespace) -> dict[str, Any]:
         f"bench-viewer-{uuid.uuid4().hex[:6]}", "viewer", at=SimClock(DEFAULT_START).now()
     )[1]
     store.close()
-    out: dict[str, Any] = {"schema": schema, **pages(schema, token, args.readers, args.requests)}
+    found = pages(schema, token, args.readers, args.requests, args.workers)
+    out: dict[str, Any] = {"schema": schema, **found}
     print(json.dumps(out))
     return out
 
@@ -291,11 +296,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     ap.add_argument("--keep", action="store_true", help="keep the schema afterwards (its name on stderr)")
     ap.add_argument("--schema", help="only the pages, over a schema an earlier --keep run left")
-    ap.add_argument("--serve", help=argparse.SUPPRESS)
+    ap.add_argument("--workers", type=int, default=1, help="gpusteward serve --workers (processes)")
     args = ap.parse_args(argv)
-    if args.serve:
-        serve(args.serve)
-        return {}
     if args.schema:
         return reread(args.schema, args)
     per = math.ceil(args.gpus / SIM_GPUS)
@@ -318,7 +320,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out["db_bytes_empty"] = empty
         out["db_bytes_per_month"] = round(empty + (size - empty) * 30 / (periods * args.calib_hours / 24))
         out["calibration_db_bytes"] = calib_bytes
-        out.update(pages(schema, token, args.readers, args.requests))
+        out.update(pages(schema, token, args.readers, args.requests, args.workers))
     if not args.json:
         print(
             f"{args.gpus} GPUs x {args.days:g} days: {sum(out['rows'].values()):,} rows, "
