@@ -103,6 +103,52 @@ def test_exact_duplicates_are_ignored_and_older_samples_dropped_as_prometheus_or
     assert rx.stats.accepted == 3
 
 
+def test_a_series_twice_in_one_request_is_one_series_in_order(dcgm: Scraped) -> None:
+    # New the first time the receiver sees it, and sent twice in that request (a sender that
+    # split its samples): one series, the second part's older sample out of order.
+    util = next(labels for labels, _ in dcgm if labels["__name__"] == "DCGM_FI_DEV_GPU_UTIL")
+    rx = _receiver()
+    got = rx.push(
+        decode(encode([(util, [(T0, 1.0), (T0 + 2000, 3.0)]), (util, [(T0 + 1000, 2.0)])]), 1 << 24)
+    )
+    assert (got.accepted, got.out_of_order) == (2, 1)
+    (series,) = rx.drain()
+    assert [v for _, v in series.points] == [1.0, 3.0]
+    assert rx.stats.series == 1
+
+
+def test_a_series_forgotten_between_its_look_up_and_the_lock_is_made_again(dcgm: Scraped) -> None:
+    # push looks a known series up outside the lock; a drain may forget it (silent for
+    # forget_after_s) before push takes the lock. Then it is known again, as a new series.
+    util = next(labels for labels, _ in dcgm if labels["__name__"] == "DCGM_FI_DEV_GPU_UTIL")
+    now = [T0 / 1000]
+    rx = Receiver(DEFAULT_SPECS, clock=lambda: now[0], forget_after_s=60)
+    rx.push(decode(encode([(util, [(T0, 1.0)])]), 1 << 24))
+    rx.drain()
+    now[0] += 3600
+    lock = rx._lock
+
+    class PruneFirst:
+        def __enter__(self) -> None:
+            rx._lock = lock
+            with lock:
+                rx._prune(now[0])  # what a drain on another thread does meanwhile
+            lock.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            lock.__exit__(*exc)
+
+    rx._lock = PruneFirst()  # type: ignore[assignment]
+    got = rx.push(decode(encode([(util, [(T0 + 3_600_000, 2.0)])]), 1 << 24))
+    assert got.accepted == 1
+    (series,) = rx.drain()
+    assert series.labels == util
+    assert series.points == [(T0 / 1000 + 3600, 2.0)]
+    # Known again, order and all: a resend of an older sample is dropped.
+    assert rx.stats.series == 1
+    assert rx.push(decode(encode([(util, [(T0 + 1_000_000, 9.0)])]), 1 << 24)).out_of_order == 1
+
+
 def test_samples_far_ahead_of_the_clock_are_dropped(dcgm: Scraped) -> None:
     util = next(labels for labels, _ in dcgm if labels["__name__"] == "DCGM_FI_DEV_GPU_UTIL")
     rx = _receiver()

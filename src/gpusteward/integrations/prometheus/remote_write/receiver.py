@@ -111,25 +111,29 @@ class Receiver:
 
     def push(self, req: WriteRequestRaw) -> Stats:
         # Samples leave protobuf outside the lock (the tick never waits on a decode); a series
-        # is known by its encoded labels, so only a new one has them parsed.
-        wanted: list[tuple[tuple[bytes, ...], dict[str, str] | None, list[tuple[int, float]]]] = []
+        # is known by its encoded labels, so only a new one has them parsed. A known series is
+        # looked up once, here: at 20,000 GPUs that is 60,000 look-ups a tick.
+        wanted: list[tuple[tuple[bytes, ...], _Series | dict[str, str], list[tuple[int, float]]]] = []
         new: list[tuple[bytes, ...]] = []
         total = 0
-        unwanted, known = self._unwanted, self._series
+        unwanted, known, names = self._unwanted, self._series, self.names
         for ts in req.timeseries:
-            key = tuple(ts.labels)
-            if key in unwanted or not ts.samples:
+            samples = ts.samples
+            if not samples:
                 continue
-            labels = None
-            if key not in known:
-                labels = decode_labels(key)  # BadBody before anything is kept
-                if labels.get("__name__") not in self.names:
+            key = tuple(ts.labels)
+            series: _Series | dict[str, str] | None = known.get(key)
+            if series is None:
+                if key in unwanted:
+                    continue
+                series = decode_labels(key)  # BadBody before anything is kept
+                if series.get("__name__") not in names:
                     new.append(key)
                     continue
-            points = [(s.timestamp, s.value) for s in ts.samples]
-            wanted.append((key, labels, points))
+            points = [(p.timestamp, p.value) for p in samples]
+            wanted.append((key, series, points))
             total += len(points)
-        out = Stats(requests=1)
+        accepted = duplicates = out_of_order = too_new = 0
         limit_ms = int(self.clock() * 1000) + MAX_AHEAD_MS
         with self._lock:
             self.stats.requests += 1
@@ -137,33 +141,37 @@ class Receiver:
                 self.stats.refused += 1
                 raise BufferFull(self.retry_after_s)
             self._not_wanted(new)
-            for key, labels, points in wanted:
-                s = self._series.get(key)
-                if s is None:  # new, or forgotten since it was looked up: parsed once, above
-                    s = self._series[key] = _Series(labels if labels is not None else decode_labels(key))
+            if self._series is not known:  # pruned since: look up again (parsed labels kept)
+                wanted = [(k, self._series.get(k) or _labels_of(sr), p) for k, sr, p in wanted]
+            pending = self._pending
+            for key, found, points in wanted:
+                if isinstance(found, _Series):
+                    s = found
+                else:  # new: made once, should the request hold it twice
+                    s = self._series.get(key) or self._series.setdefault(key, _Series(found))
                 was_pending = bool(s.points)
                 for t, v in points:
                     if t > s.newest_ms:
                         if t > limit_ms:
-                            out.too_new += 1
+                            too_new += 1
                             continue
                         s.newest_ms, s.newest_v = t, v
                         s.points.append((t / 1000.0, v))
-                        out.accepted += 1
+                        accepted += 1
                     elif t == s.newest_ms and (v == s.newest_v or (math.isnan(v) and math.isnan(s.newest_v))):
-                        out.duplicates += 1
+                        duplicates += 1
                     else:
-                        out.out_of_order += 1
+                        out_of_order += 1
                 if s.points and not was_pending:
-                    self._pending.append(s)
-            self._buffered += out.accepted
+                    pending.append(s)
+            self._buffered += accepted
             st = self.stats
-            st.accepted += out.accepted
-            st.duplicates += out.duplicates
-            st.out_of_order += out.out_of_order
-            st.too_new += out.too_new
+            st.accepted += accepted
+            st.duplicates += duplicates
+            st.out_of_order += out_of_order
+            st.too_new += too_new
             st.series = len(self._series)
-        return out
+        return Stats(1, 0, accepted, duplicates, out_of_order, too_new)
 
     def _not_wanted(self, keys: list[tuple[bytes, ...]]) -> None:
         """Series gpusteward does not read (a Prometheus sends all it scrapes): skipped from now on
@@ -190,6 +198,10 @@ class Receiver:
         self._series = {k: s for k, s in self._series.items() if s.newest_ms >= cutoff or s.points}
         self._pruned_at = now
         self.stats.series = len(self._series)
+
+
+def _labels_of(found: _Series | dict[str, str]) -> dict[str, str]:
+    return found.labels if isinstance(found, _Series) else found
 
 
 _active: Receiver | None = None
