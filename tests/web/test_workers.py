@@ -124,3 +124,16 @@ def test_workers_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "workers" in result.output
     assert str(bad) in result.output
+
+
+def test_a_bad_rule_pack_stops_serve_before_any_worker_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gpusteward.cli.web.serve_workers", lambda *a, **k: pytest.fail("workers started"))
+    pack = tmp_path / "rules.yaml"
+    pack.write_text("rules:\n  - name: broken\n    kind: idle\n    when: gpu_util <\n")
+    config = _config(tmp_path, ", workers: 2")
+    config.write_text(config.read_text() + f"rules: {{files: ['{pack}']}}\n")
+    result = CliRunner().invoke(app, ["serve", "-c", str(config)])
+    assert result.exit_code == 2, result.output
+    assert "rules.yaml" in result.output

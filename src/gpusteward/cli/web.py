@@ -80,15 +80,14 @@ def serve(
         logsetup.apply(settings, verbose=verbose)
         default_host, default_port = parse_listen(settings.web.listen)
         store = _store(settings)
+        rules = load_rules(settings)  # a bad rule pack exits here (2), not in a crashing worker
         processes = workers or settings.web.workers
         if processes > 1:
             # Made here, before the workers start, so they all read one key (none races to make it).
             signing_key(settings, AccessStore(store))
             app = None
         else:
-            app = create_web_app(
-                store, settings, load_rules(settings), live=Probe(settings, store, SystemClock())
-            )
+            app = create_web_app(store, settings, rules, live=Probe(settings, store, SystemClock()))
         bind, at = host or default_host, port if port is not None else default_port
         if not AccessStore(store).tokens():
             err.print("no API tokens yet: make one with `gpusteward token create --role admin --name you`")
