@@ -4,7 +4,8 @@ tokens of each role, and the web app over it (in-process with TestClient, or ser
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -96,6 +97,16 @@ def run_demo(db: Path) -> Demo:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     return run_demo(tmp_path_factory.mktemp("web") / "state.db")
+
+
+def wait_for(check: Callable[[], object], what: str, limit_s: float = 30.0) -> None:
+    """Poll ``check`` until it is true; fail the test if ``limit_s`` passes first (a bound on a
+    hang, not a timing assertion)."""
+    deadline = time.monotonic() + limit_s
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {limit_s:g} s")
+        time.sleep(0.05)
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -10,11 +10,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from .conftest import wait_for
 
 #: A server whose one route sleeps far longer than the test waits for the process to exit.
 SERVER = """
@@ -42,14 +43,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_for(check: object, what: str, limit_s: float = 30.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {limit_s:g} s")
-        time.sleep(0.05)
-
-
 def _accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
@@ -66,7 +59,7 @@ def test_sigterm_during_a_slow_request_exits_after_the_grace(tmp_path: Path) -> 
         stderr=subprocess.PIPE,
     )
     try:
-        _wait_for(lambda: _accepts(port) or proc.poll() is not None, "the server start")
+        wait_for(lambda: _accepts(port) or proc.poll() is not None, "the server start")
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
 
         def call() -> None:
@@ -75,7 +68,7 @@ def test_sigterm_during_a_slow_request_exits_after_the_grace(tmp_path: Path) -> 
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/slow", timeout=60)
 
         threading.Thread(target=call, daemon=True).start()
-        _wait_for(started.exists, "the slow request")
+        wait_for(started.exists, "the slow request")
         proc.send_signal(signal.SIGTERM)
         # The request would run for 300 s; the grace is 1 s. Without the timeout uvicorn waits.
         try:

@@ -9,7 +9,6 @@ import math
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -22,6 +21,8 @@ from gpusteward.runtime.config import load_settings
 from gpusteward.store.db import StateStore
 from gpusteward.web.app import create_web_app
 
+from .conftest import wait_for
+
 
 def _config(tmp_path: Path, extra: str = "") -> Path:
     config = tmp_path / "gpusteward.yaml"
@@ -31,14 +32,6 @@ def _config(tmp_path: Path, extra: str = "") -> Path:
         f"web: {{login_max_failures: 4{extra}}}\n"
     )
     return config
-
-
-def _wait_for(check: object, what: str, limit_s: float = 60.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {limit_s:g} s")
-        time.sleep(0.1)
 
 
 def _workers(pid: int) -> list[int]:
@@ -73,9 +66,9 @@ def test_serve_with_two_workers_answers_from_both_and_stops_on_sigterm(tmp_path:
         text=True,
     )
     try:
-        _wait_for(lambda: proc.poll() is not None or _answers(base, token), "the first answer")
+        wait_for(lambda: proc.poll() is not None or _answers(base, token), "the first answer", limit_s=60)
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        _wait_for(lambda: len(_workers(proc.pid)) == 2, "two workers")
+        wait_for(lambda: len(_workers(proc.pid)) == 2, "two workers", limit_s=60)
         workers = _workers(proc.pid)
         before = {w: _cpu_ticks(w) for w in workers}
         # New connections, so the kernel hands them to whichever worker accepts first.
@@ -95,7 +88,7 @@ def test_serve_with_two_workers_answers_from_both_and_stops_on_sigterm(tmp_path:
         assert codes.count(401) <= 4, codes  # two a worker, whichever worker each try reached
 
         proc.send_signal(signal.SIGTERM)
-        _wait_for(lambda: proc.poll() is not None, "the exit after SIGTERM", limit_s=30)
+        wait_for(lambda: proc.poll() is not None, "the exit after SIGTERM", limit_s=30)
         assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
         for w in workers:
             assert not Path(f"/proc/{w}").exists() or "Z" in Path(f"/proc/{w}/stat").read_text().split()[2]
