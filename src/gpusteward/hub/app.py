@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from gpusteward.hub import report, views
@@ -25,7 +25,7 @@ from gpusteward.report.charts import bar_chart
 from gpusteward.report.line_chart import line_chart
 from gpusteward.web.app import STATIC
 from gpusteward.web.auth import AuthError, read_form
-from gpusteward.web.data import plain
+from gpusteward.web.data import json_response
 from gpusteward.web.pages.base import svg
 from gpusteward.web.security import SecurityHeaders, templates
 
@@ -158,29 +158,29 @@ def create_hub_app(settings: HubSettings, store: HubStore, *, now: Any = None) -
 
     # -- the same as JSON ----------------------------------------------------------------------
     @app.get("/api/v1/hub/overview")
-    def api_overview() -> JSONResponse:
-        return JSONResponse(plain(overview_data()))
+    def api_overview() -> Response:
+        return json_response(overview_data())
 
     @app.get("/api/v1/hub/clusters/{name}")
-    def api_cluster(name: str) -> JSONResponse:
+    def api_cluster(name: str) -> Response:
         found = views.cluster_detail(settings, store, name, clock())
         if found is None:
-            return JSONResponse({"error": f"no cluster {name!r}"}, status_code=404)
-        return JSONResponse(plain(found))
+            return json_response({"error": f"no cluster {name!r}"}, 404)
+        return json_response(found)
 
     @app.get("/api/v1/hub/findings")
     def api_findings(
         cluster: ClusterFilter = "", limit: Annotated[int, Query(ge=1, le=10_000)] = 2000
-    ) -> JSONResponse:
-        return JSONResponse(plain(views.fleet_findings(settings, store, cluster, limit=limit)))
+    ) -> Response:
+        return json_response(views.fleet_findings(settings, store, cluster, limit=limit))
 
     @app.get("/api/v1/hub/reports/weekly")
-    def api_weekly() -> JSONResponse:
-        return JSONResponse(plain(report.weekly(settings, store, clock())))
+    def api_weekly() -> Response:
+        return json_response(report.weekly(settings, store, clock()))
 
     @app.get("/api/v1/hub/reports/showback")
-    def api_showback(month: Annotated[str, Query(pattern=r"^\d{4}-(0[1-9]|1[0-2])$")]) -> JSONResponse:
-        return JSONResponse(plain(report.showback(settings, store, month)))
+    def api_showback(month: Annotated[str, Query(pattern=r"^\d{4}-(0[1-9]|1[0-2])$")]) -> Response:
+        return json_response(report.showback(settings, store, month))
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(RequireAccess, access=access)

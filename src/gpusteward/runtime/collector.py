@@ -34,15 +34,20 @@ def held_off() -> Iterator[None]:
         gc.enable()
 
 
-@contextmanager
-def settled() -> Iterator[None]:
+def freeze_start_up() -> None:
     """After start-up: one full collection, then what survived it (modules, settings, a
     backfill's caches, a replayed trace) is frozen, so that later collections scan only
     what the loop made since. At 10,000 GPUs a full collection of the start-up heap cost
-    250-300 ms, and it still ran about once a tick, right after it. Unfrozen on exit (a test
-    process, a backtest in a sweep, gets its heap back as it was)."""
+    250-300 ms, and it still ran about once a tick, right after it."""
     gc.collect()
     gc.freeze()
+
+
+@contextmanager
+def settled() -> Iterator[None]:
+    """``freeze_start_up``, unfrozen on exit (a test process, a backtest in a sweep, gets its
+    heap back as it was)."""
+    freeze_start_up()
     try:
         yield
     finally:

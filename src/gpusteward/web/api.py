@@ -66,13 +66,9 @@ class RuleText(BaseModel):
     )
 
 
-def _json(value: Any, status: int = 200) -> Response:
-    return Response(data.json_bytes(value), status_code=status, media_type="application/json")
-
-
 def _paged(request: Request, listing: data.Listing) -> Response:
     """One page as the JSON list it always was; the next page's link in the ``Link`` header."""
-    resp = _json(listing.rows)
+    resp = data.json_response(listing.rows)
     if listing.next_before is not None:
         params = {k: v for k, v in request.query_params.items() if k != "before"}
         url = f"{request.url.path}?{urlencode({**params, 'before': listing.next_before})}"
@@ -118,7 +114,7 @@ def me(request: Request) -> dict[str, str]:
 @router.get("/overview", summary="Cluster utilisation, idle GPUs, waste and savings, recent actions")
 def overview(request: Request) -> Response:
     caller(request)
-    return _json(
+    return data.json_response(
         {**overview_data.for_context(ctx_of(request)), "cluster": ctx_of(request).settings.web.cluster_name}
     )
 
@@ -143,7 +139,7 @@ def workload(request: Request, workload_id: str) -> Response:
     found = data.workload(ctx.store, workload_id, ctx.gpus())
     if found is None:
         return JSONResponse({"error": f"no workload {workload_id!r}"}, status_code=404)
-    return _json(found)
+    return data.json_response(found)
 
 
 @router.post("/workloads/{workload_id:path}/snooze", summary="Leave a workload alone for a while")
@@ -153,7 +149,7 @@ def snooze(request: Request, workload_id: str, body: SnoozeBody) -> Response:
         rec = ctx_of(request).snooze(workload_id, hours=body.hours, by=who.name, reason=body.reason)
     except ControlError as e:
         return _refused(e)
-    return _json(rec.to_dict())
+    return data.json_response(rec.to_dict())
 
 
 @router.get("/actions", summary="Actions, newest first (paged; format=csv or all=true to export)")
@@ -187,7 +183,7 @@ def audit(
 @router.get("/approvals", summary="Approval requests, newest first")
 def approvals(request: Request, query: Annotated[ApprovalQuery, Depends(approval_query)]) -> Response:
     caller(request)
-    return _json([a.to_dict() for a in data.approvals(ctx_of(request).store, query)])
+    return data.json_response([a.to_dict() for a in data.approvals(ctx_of(request).store, query)])
 
 
 def _decide(request: Request, approval_id: int, approve: bool, reason: str) -> Response:
@@ -196,7 +192,7 @@ def _decide(request: Request, approval_id: int, approve: bool, reason: str) -> R
         rec = ctx_of(request).decide(approval_id, approve=approve, by=who.name, reason=reason)
     except ControlError as e:
         return _refused(e)
-    return _json(rec.to_dict())
+    return data.json_response(rec.to_dict())
 
 
 @router.post("/approvals/{approval_id}/approve", summary="Approve a waiting step")
@@ -212,7 +208,7 @@ def reject(request: Request, approval_id: ApprovalId, body: Reason) -> Response:
 @router.get("/rules", summary="The rules in force")
 def rules(request: Request) -> Response:
     caller(request)
-    return _json([rule_data.rule_row(r) for r in ctx_of(request).rules])
+    return data.json_response([rule_data.rule_row(r) for r in ctx_of(request).rules])
 
 
 @router.post("/rules/preview", summary="Validate a rule pack and show what it would flag right now")
@@ -223,7 +219,7 @@ def rules_preview(request: Request, body: RuleText) -> Response:
         compiled, rows = rule_data.preview(body.text, ctx.steward(), ctx.now())
     except RuleError as e:
         return JSONResponse({"valid": False, "error": str(e), "line": e.line}, status_code=422)
-    return _json(
+    return data.json_response(
         {
             "valid": True,
             "rules": [rule_data.rule_row(r) for r in compiled],
@@ -238,7 +234,7 @@ def settings(request: Request) -> Response:
     who = caller(request)
     ctx = ctx_of(request)
     pause = ctx.store.pause_state()
-    return _json(
+    return data.json_response(
         {
             "mode": "dry-run" if ctx.dry_run else "enforce",
             "paused": pause.paused,
@@ -257,11 +253,11 @@ def settings(request: Request) -> Response:
 def pause(request: Request, body: Reason | None = None) -> Response:
     who = caller(request, Role.OPERATOR)
     ctx_of(request).set_paused(True, by=who.name, reason=body.reason if body else "")
-    return _json({"paused": True})
+    return data.json_response({"paused": True})
 
 
 @router.post("/resume", summary="Release the kill switch")
 def resume(request: Request, body: Reason | None = None) -> Response:
     who = caller(request, Role.OPERATOR)
     ctx_of(request).set_paused(False, by=who.name, reason=body.reason if body else "")
-    return _json({"paused": False})
+    return data.json_response({"paused": False})

@@ -16,6 +16,8 @@ from datetime import UTC, date, datetime
 from enum import Enum
 from typing import Any
 
+from fastapi.responses import Response
+
 from gpusteward.domain import fastjson
 from gpusteward.domain.models import Gpu
 from gpusteward.domain.records import NotPlain, json_walk
@@ -43,6 +45,11 @@ def json_bytes(value: Any) -> bytes:
     if fast is not None:
         return fast
     return json.dumps(plain(value), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    """``value`` as an ``application/json`` answer, through ``json_bytes`` (the API's and the hub's)."""
+    return Response(json_bytes(value), status_code=status, media_type="application/json")
 
 
 def _leaf(v: Any) -> Any:

@@ -23,7 +23,8 @@ from fastapi.responses import Response
 from gpusteward.domain.queue import Queue
 from gpusteward.runtime.loop import Steward
 from gpusteward.web import health_data, overview_data
-from gpusteward.web.api import _json, caller, ctx_of
+from gpusteward.web.api import caller, ctx_of
+from gpusteward.web.data import json_response
 
 router = APIRouter(prefix="/api/v1", tags=["gpusteward"])
 
@@ -76,7 +77,7 @@ def fleet(request: Request) -> Response:
     now, steward = ctx.now(), ctx.steward()
     idle, _ = overview_data.idle_now(ctx.store, now)
     queue = health_data.latest_queue(steward)
-    return _json(
+    return json_response(
         {
             "cluster": ctx.settings.web.cluster_name,
             "at": now,

@@ -14,7 +14,8 @@ from gpusteward.domain.errors import ControlError
 from gpusteward.policy.rollout import to_json
 from gpusteward.store.access import Role
 from gpusteward.web import rollout_data
-from gpusteward.web.api import Reason, _json, _refused, caller, ctx_of
+from gpusteward.web.api import Reason, _refused, caller, ctx_of
+from gpusteward.web.data import json_response
 from gpusteward.web.filters import FalseKillId, FalseKillQuery, ScopeName, false_kill_query
 
 router = APIRouter(prefix="/api/v1", tags=["gpusteward"])
@@ -35,7 +36,7 @@ class DismissBody(BaseModel):
 def status(request: Request) -> Response:
     caller(request)
     ctx = ctx_of(request)
-    return _json(rollout_data.status(ctx.store, ctx.settings.policy, ctx.now()))
+    return json_response(rollout_data.status(ctx.store, ctx.settings.policy, ctx.now()))
 
 
 @router.post("/rollout/{scope}/promote", summary="Move a scope one stage on (refused without the criteria)")
@@ -46,14 +47,14 @@ def promote(request: Request, scope: ScopeName, body: PromoteBody | None = None)
         done = ctx_of(request).promote(scope, by=who.name, force=body.force, reason=body.reason)
     except ControlError as e:
         return _refused(e)
-    return _json({**done.row(), "promoted": True})
+    return json_response({**done.row(), "promoted": True})
 
 
 @router.get("/rollout/false-kills", summary="Suspected false kills, newest first, and reclaim counts")
 def false_kills(request: Request, query: Annotated[FalseKillQuery, Depends(false_kill_query)]) -> Response:
     caller(request)
     ctx = ctx_of(request)
-    return _json(rollout_data.false_kills(ctx.store, ctx.settings.policy, query))
+    return json_response(rollout_data.false_kills(ctx.store, ctx.settings.policy, query))
 
 
 def _settle(request: Request, fk_id: int, confirm: bool, reason: str) -> Response:
@@ -62,7 +63,7 @@ def _settle(request: Request, fk_id: int, confirm: bool, reason: str) -> Respons
         fk = ctx_of(request).settle_false_kill(fk_id, confirm=confirm, by=who.name, reason=reason)
     except ControlError as e:
         return _refused(e)
-    return _json(to_json(fk))
+    return json_response(to_json(fk))
 
 
 @router.post("/rollout/false-kills/{fk_id}/confirm", summary="It was a false kill: counts against promotion")
@@ -80,4 +81,4 @@ def appeal(request: Request, workload_id: str, body: Reason | None = None) -> Re
     who = caller(request, Role.OPERATOR)
     reason = body.reason if body else ""
     ctx_of(request).appeal(workload_id, by=who.name, reason=reason)
-    return _json({"workload_id": workload_id, "appealed": True, "by": who.name, "reason": reason})
+    return json_response({"workload_id": workload_id, "appealed": True, "by": who.name, "reason": reason})

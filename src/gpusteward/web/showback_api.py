@@ -14,8 +14,9 @@ from fastapi.responses import Response
 from gpusteward.analysis import budgets as budget_figures
 from gpusteward.analysis.focus import COLUMNS, csv_value, focus_rows
 from gpusteward.analysis.showback import month_of_time, read_month, showback_doc, team_totals
-from gpusteward.web.api import _json, caller, ctx_of
+from gpusteward.web.api import caller, ctx_of
 from gpusteward.web.context import WebContext
+from gpusteward.web.data import json_response
 
 router = APIRouter(prefix="/api/v1", tags=["gpusteward"])
 
@@ -56,7 +57,7 @@ def showback(request: Request, month: MonthQuery = None) -> Response:
     ctx = ctx_of(request)
     chosen = chosen_month(ctx, month)
     rows, closed = read_month(ctx.store.ledger, chosen)
-    return _json(showback_doc(chosen, closed, ctx.settings.cost.currency, rows))
+    return json_response(showback_doc(chosen, closed, ctx.settings.cost.currency, rows))
 
 
 @router.get("/showback/budgets", summary="Each team's budget against the month, with the burn-rate forecast")
@@ -65,7 +66,7 @@ def budgets(request: Request, month: MonthQuery = None) -> Response:
     ctx = ctx_of(request)
     chosen = chosen_month(ctx, month)
     rows, _ = read_month(ctx.store.ledger, chosen)
-    return _json(budget_rows(ctx, chosen, {t.team: t for t in team_totals(rows)}))
+    return json_response(budget_rows(ctx, chosen, {t.team: t for t in team_totals(rows)}))
 
 
 @router.get("/showback/export", summary="The month as a CSV file: its rows, or FOCUS 1.1 for finance")

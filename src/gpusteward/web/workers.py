@@ -14,7 +14,6 @@ and the live probe (each refreshes its own window from the source, N times the r
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from gpusteward.domain.ports import SystemClock
+from gpusteward.runtime import collector
 from gpusteward.runtime.build import load_rules
 from gpusteward.runtime.config import load_settings
 from gpusteward.runtime.logs import configure_logging, configured
@@ -48,9 +48,7 @@ def app_from_env() -> FastAPI:
         live=Probe(settings, store, SystemClock()),
         processes=int(os.environ.get(ENV_WORKERS, "1")),
     )
-    # The worker's start-up heap frozen for good (runtime/collector.py says why).
-    gc.collect()
-    gc.freeze()
+    collector.freeze_start_up()  # for good: the worker ends with its process
     return app
 
 
