@@ -170,6 +170,30 @@ def test_amounts_for_a_closed_month_go_to_the_day_they_arrive(state: StateStore)
     assert late.amounts.used_gpu_hours == pytest.approx(6 / 60)
 
 
+def test_a_gpu_sampled_three_times_in_a_tick_is_held_once_at_its_mean(state: StateStore) -> None:
+    # Prometheus scrapes every 10 s and the tick runs every 30 s: three samples of each GPU.
+    rec = LedgerRecorder(state, PriceTable(electricity_per_kwh=0.2), flush_every_s=3600)
+    w = Workload("j", WorkloadKind.JOB, "j", Owner("alice", "vision"), 1, ("g0",), START)
+    t0, t1 = START + timedelta(hours=1), START + timedelta(hours=1, seconds=30)
+    rec.record(t0, Observation(t0, (), (Sample("g0", t0, 50.0),), (w,)), {"j": w}, [], [], GPUS)
+    scrapes = tuple(
+        Sample("g0", t0 + timedelta(seconds=s), util, 1000.0, power)
+        for s, util, power in ((10, 90.0, 600.0), (20, 30.0, None), (30, 120.0, 300.0))
+    )
+    rec.record(t1, Observation(t1, (), scrapes, (w,)), {"j": w}, [], [], GPUS)
+    rec.flush(t1)
+    [row] = state.ledger.showback(date(2026, 11, 1), date(2026, 11, 2))
+    hours = 30 / 3600
+    assert row.amounts.held_gpu_hours == pytest.approx(hours)  # not three times the half-minute
+    assert row.amounts.used_gpu_hours == pytest.approx((90 + 30 + 100) / 3 / 100 * hours)  # 120 % is 100
+    assert row.amounts.kwh == pytest.approx((600 + 300) / 2 / 1000 * hours)  # the two readings it had
+    [use] = state.ledger.usage(date(2026, 11, 1), date(2026, 11, 2))
+    assert (use.amounts.held_gpu_hours, use.amounts.busy_gpu_hours) == (
+        pytest.approx(hours),
+        pytest.approx((90 + 30 + 100) / 3 / 100 * hours),
+    )
+
+
 def test_a_month_that_has_not_ended_cannot_be_closed(state: StateStore) -> None:
     with pytest.raises(ValueError, match="2026-11 has not ended"):
         state.ledger.close_month("2026-11", datetime(2026, 11, 30, 23, 59, tzinfo=UTC))

@@ -51,6 +51,7 @@ from gpusteward.runtime.showback_recorder import (
     WASTED,
     NodeRates,
     ShowbackPending,
+    fresh_use,
     model_of,
 )
 
@@ -167,9 +168,13 @@ class LedgerRecorder:
         self._waste(findings, workloads, gpus, power)
         self._stops(now, actions, workloads, gpus, power)
         self._accrue(now)
-        if obs is not None:
-            self._use(now, obs, workloads, findings)
-            self._held(now, obs, workloads, gpus)
+        if obs is not None and self._prev_at is not None:
+            hours = min(max(0.0, (now - self._prev_at).total_seconds()), self.max_gap_s) / 3600
+            if hours > 0:
+                use = fresh_use(obs.samples, self._prev_at)
+                self._use(now, hours, use, workloads, findings)
+                # Showback: each GPU with a fresh utilisation sample was held since the last tick.
+                self._showback.held(day_key(now), hours, use, workloads, gpus, self.rates)
         self._prev_at = now
         due = self._flushed_at is None or (now - self._flushed_at).total_seconds() >= self.flush_every_s
         if due or day_key(now) != day_key(self._flushed_at or now):
@@ -281,17 +286,13 @@ class LedgerRecorder:
                 self._active[key] = (upto, ends, data)
 
     def _use(
-        self, now: datetime, obs: Observation, workloads: Mapping[str, Workload], findings: Sequence[Finding]
+        self,
+        now: datetime,
+        hours: float,
+        use: Mapping[str, tuple[float, float | None]],
+        workloads: Mapping[str, Workload],
+        findings: Sequence[Finding],
     ) -> None:
-        if self._prev_at is None:
-            return
-        hours = min(max(0.0, (now - self._prev_at).total_seconds()), self.max_gap_s) / 3600
-        if hours <= 0:
-            return
-        prev = self._prev_at
-        fresh = {
-            s.gpu_uuid: s.gpu_util_pct for s in obs.samples if s.gpu_util_pct is not None and s.at > prev
-        }
         idle: dict[str, int] = {}
         for f in findings:
             # Only over-provisioning advice names idle GPUs (anomalies and other advice name all).
@@ -299,28 +300,17 @@ class LedgerRecorder:
                 idle[f.workload_id] = max(idle.get(f.workload_id, 0), len(f.gpu_uuids))
         day = day_key(now)
         for w in workloads.values():
-            utils = [u for u in map(fresh.get, w.gpu_uuids) if u is not None]
+            utils = [u[0] for u in map(use.get, w.gpu_uuids) if u is not None]
             if not utils:
                 continue  # no data this tick is not idleness, nor use
-            busy = sum(min(100.0, u) for u in utils) / 100 * hours
             acc = self._usage.get((day, w.id))
             if acc is None:
                 acc = self._usage[(day, w.id)] = [w.owner.user, w.owner.team, 0, 0, 0.0, 0.0, 0]
             acc[2] = max(acc[2], w.gpus_requested)
             acc[3] = max(acc[3], len(w.gpu_uuids))
             acc[4] += len(utils) * hours
-            acc[5] += busy
+            acc[5] += sum(utils) / 100 * hours
             acc[6] = max(acc[6], idle.get(w.id, 0))
-
-    def _held(
-        self, now: datetime, obs: Observation, workloads: Mapping[str, Workload], gpus: Mapping[str, Gpu]
-    ) -> None:
-        """Showback: each GPU with a fresh utilisation sample was held since the last tick."""
-        if self._prev_at is None:
-            return
-        hours = min(max(0.0, (now - self._prev_at).total_seconds()), self.max_gap_s) / 3600
-        if hours > 0:
-            self._showback.held(day_key(now), hours, self._prev_at, obs, workloads, gpus, self.rates)
 
     def _marks(self) -> tuple[list[Mark], set[str]]:
         """The dirty marks to save, and the finished ones old enough to forget."""

@@ -18,7 +18,7 @@ from operator import attrgetter
 from gpusteward.analysis.cost import PriceTable, Rate
 from gpusteward.domain.cloud import InstanceControl, Lifecycle
 from gpusteward.domain.errors import ExecutionError, SourceError
-from gpusteward.domain.models import Gpu, Observation, Owner, Workload
+from gpusteward.domain.models import Gpu, Owner, Sample, Workload
 from gpusteward.domain.records import ShowbackAmounts, ShowbackKey
 from gpusteward.policy.instances import match_nodes
 
@@ -95,6 +95,8 @@ class ShowbackPending:
     def __init__(self, prices: PriceTable) -> None:
         self.prices = prices
         self._pending: dict[ShowbackKey, list[float]] = {}
+        self._priced: dict[str, tuple[Gpu | None, str, Rate, float]] = {}
+        self._rates_seen: tuple[object, object] = (None, None)
 
     def acc(self, day: str, owner: Owner, model: str, rate: Rate) -> list[float]:
         """The pending amounts of (day, owner, model, rate)."""
@@ -118,14 +120,13 @@ class ShowbackPending:
         self,
         day: str,
         hours: float,
-        prev: datetime,
-        obs: Observation,
+        use: Mapping[str, tuple[float, float | None]],
         workloads: Mapping[str, Workload],
         gpus: Mapping[str, Gpu],
         rates: NodeRates,
     ) -> None:
-        """Each GPU with a utilisation sample newer than ``prev`` was held (by its workload, or by
-        nobody) for ``hours``, priced at its node's rate; its measured power is charged too."""
+        """Each GPU in ``use`` (``fresh_use``) was held (by its workload, or by nobody) for
+        ``hours``, priced at its node's rate; its measured power is charged too."""
         # Owners by number (an int hashes in C, an Owner in Python): a tick sees 10,000s of GPUs.
         owners: list[Owner] = [NOBODY]
         number: dict[tuple[str, str], int] = {(NOBODY.user, NOBODY.team): 0}
@@ -135,40 +136,21 @@ class ShowbackPending:
             if n == len(owners):
                 owners.append(w.owner)
             holder.update(dict.fromkeys(w.gpu_uuids, n))
-        find, prices, node_rate, configured = gpus.get, self.prices, rates.by_node.get, self.prices.rate
-        node_price = rates.gpu_price.get
-        # The price table's price per (model, rate), looked up once a tick (NodeRates.price inlined:
-        # this loop runs for every GPU of the cluster).
-        price_at: dict[tuple[str, Rate], float] = {}
+        find, priced = gpus.get, self._priced_by(rates)
         # Sums per (owner, model, rate) first, multiplied by the hours once.
         sums: dict[tuple[int, str, Rate], list[float]] = {}
-        for uuid, at, util, power in map(_SAMPLE_FIELDS, obs.samples):
-            if util is None or at <= prev:
-                continue  # no data this tick is not use
+        for uuid, (util, power) in use.items():
             gpu = find(uuid)
-            if gpu is None:
-                model, rate, price = UNKNOWN_MODEL, configured, prices.default_per_hour
-            else:
-                model, on_node = gpu.model or UNKNOWN_MODEL, node_rate(gpu.node)
-                if on_node is None:
-                    rate, price = configured, gpu.price_per_hour
-                    if price <= 0:
-                        price = prices.price_for(gpu.model)
-                else:
-                    rate, own = on_node, node_price(gpu.node)
-                    if own is not None:
-                        price = own
-                    else:
-                        found = price_at.get((gpu.model, on_node))
-                        price = found if found is not None else prices.price(gpu.model, on_node)
-                        price_at[(gpu.model, on_node)] = price
-            key = (holder.get(uuid, 0), model, rate)
+            hit = priced.get(uuid)
+            if hit is None or hit[0] is not gpu:  # a GPU is the same object while it is unchanged
+                hit = priced[uuid] = (gpu, *self._price_of(gpu, rates))
+            key = (holder.get(uuid, 0), hit[1], hit[2])
             acc = sums.get(key)
             if acc is None:
                 acc = sums[key] = [0.0, 0.0, 0.0, 0.0]
             acc[0] += 1.0
-            acc[1] += 0.0 if util < 0 else 100.0 if util > 100 else util
-            acc[2] += price
+            acc[1] += util
+            acc[2] += hit[3]
             if power is not None:
                 acc[3] += power
         for (who, model, rate), (count, util_sum, price_sum, watts) in sums.items():
@@ -179,3 +161,35 @@ class ShowbackPending:
             kwh = watts / 1000 * hours
             out[KWH] += kwh
             out[POWER_COST] += self.prices.energy_cost(kwh)
+
+    def _priced_by(self, rates: NodeRates) -> dict[str, tuple[Gpu | None, str, Rate, float]]:
+        """Per GPU uuid, its model, rate and price, kept while the nodes' rates are the same maps."""
+        seen = self._rates_seen
+        if seen[0] is not rates.by_node or seen[1] is not rates.gpu_price:  # refreshed: price again
+            self._rates_seen, self._priced = (rates.by_node, rates.gpu_price), {}
+        return self._priced
+
+    def _price_of(self, gpu: Gpu | None, rates: NodeRates) -> tuple[str, Rate, float]:
+        rate, price = rates.price(self.prices, gpu)
+        return (gpu.model or UNKNOWN_MODEL) if gpu is not None else UNKNOWN_MODEL, rate, price
+
+
+def fresh_use(samples: Iterable[Sample], prev: datetime) -> dict[str, tuple[float, float | None]]:
+    """Per GPU with a utilisation sample newer than ``prev``: its utilisation (0-100) and power
+    (None if never measured), each the mean of those samples. A GPU sampled several times since
+    the last tick (10 s scrapes, a 30 s tick) is held once, not once per sample."""
+    fresh = [
+        (u, util, p) for u, at, util, p in map(_SAMPLE_FIELDS, samples) if util is not None and at > prev
+    ]
+    out = {u: (0.0 if util < 0 else 100.0 if util > 100 else util, p) for u, util, p in fresh}
+    if len(out) == len(fresh):
+        return out
+    sums: dict[str, list[float]] = {}
+    for u, util, p in fresh:
+        acc = sums.setdefault(u, [0.0, 0.0, 0.0, 0.0])
+        acc[0] += 0.0 if util < 0 else 100.0 if util > 100 else util
+        acc[1] += 1
+        if p is not None:
+            acc[2] += p
+            acc[3] += 1
+    return {u: (a[0] / a[1], a[2] / a[3] if a[3] else None) for u, a in sums.items()}
