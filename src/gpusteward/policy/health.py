@@ -68,6 +68,8 @@ def set_aside(by_workload: dict[str, list[Finding]], workloads: Mapping[str, Wor
     (its reclaim findings are the fault's, and the failure is what its owner must hear about);
     returns those workloads' ids. ``by_workload`` is changed in place (decide's own dict)."""
     bad = failed(f for fs in by_workload.values() for f in fs)
+    if not bad:  # most ticks: no pass over every workload's GPUs
+        return frozenset()
     out = set()
     for wid, w in workloads.items():
         if any(u in bad for u in w.gpu_uuids):

@@ -87,13 +87,18 @@ def match(
     horizon: timedelta,
 ) -> list[tuple[StopRecord, str]]:
     """The unmatched stops within the horizon that a resubmission or an appeal marks, with why."""
+    open_stops = [s for s in stops if not s.matched and now - s.at <= horizon]
+    if not open_stops:
+        return []
+    # Only a workload started after some open stop can be its resubmission: the others' signatures
+    # are not needed (a tick sees thousands of running workloads and a handful of recent stops).
+    since = min(s.at for s in open_stops)
     later: dict[str, list[Workload]] = {}
     for w in running:
-        later.setdefault(signature(w), []).append(w)
+        if w.started_at > since:
+            later.setdefault(signature(w), []).append(w)
     out: list[tuple[StopRecord, str]] = []
-    for s in stops:
-        if s.matched or now - s.at > horizon:
-            continue
+    for s in open_stops:
         again = [
             w for w in later.get(s.signature, ()) if w.started_at > s.at and w.started_at - s.at <= horizon
         ]

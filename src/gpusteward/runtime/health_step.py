@@ -80,6 +80,19 @@ class HealthStep:
         reset and handed out again) ends it; its counters speak for it from then on.
         """
         fresh = [f for f in analysis.findings if health_of(f) is Health.FAILED]
+        if fresh or self._latched:  # most ticks: no failed GPU, nothing to hold (no per-GPU pass)
+            analysis = self._latch(now, analysis, fresh, workloads)
+        self._findings = analysis.findings
+        self._gpus = gpus
+        self.states = gpu_health(self._findings, with_health_data(view))
+        nodes = {gpus[u].node for u in failed(self._findings) if u in gpus}
+        self._failed_since = {n: self._failed_since.get(n, now) for n in nodes}
+        return analysis
+
+    def _latch(
+        self, now: datetime, analysis: AnalysisResult, fresh: list[Finding], workloads: Mapping[str, Workload]
+    ) -> AnalysisResult:
+        """Latch this tick's failures; ``analysis`` with the latched ones that still hold."""
         held = {(u, w.id): w.incarnation for w in workloads.values() for u in w.gpu_uuids}
         for f in fresh:
             for u in f.gpu_uuids:
@@ -93,14 +106,7 @@ class HealthStep:
             if (k[1] == "" and k[0] not in taken) or held.get(k) == inc
         }
         sticky = tuple(replace(f, at=now) for k, (f, _) in sorted(self._latched.items()) if k not in found)
-        if sticky:
-            analysis = replace(analysis, findings=(*analysis.findings, *sticky))
-        self._findings = analysis.findings
-        self._gpus = gpus
-        self.states = gpu_health(self._findings, with_health_data(view))
-        nodes = {gpus[u].node for u in failed(self._findings) if u in gpus}
-        self._failed_since = {n: self._failed_since.get(n, now) for n in nodes}
-        return analysis
+        return replace(analysis, findings=(*analysis.findings, *sticky)) if sticky else analysis
 
     def plan(self, now: datetime, paused: bool, *, approvals_on: bool) -> list[Decision]:
         """Drains due this tick (none while paused, or without a node control)."""

@@ -110,11 +110,15 @@ class RolloutBook:
         if fresh:
             self.store.save_doc(CONFIG_KEY, entries + fresh, at=now)
 
-    def save_watch(self, watch: Watch, now: datetime) -> None:
+    def save_watch(self, watch: Watch, now: datetime, *, read: Any = None) -> None:
+        """Written unless it is still ``read``, the document as read this tick (most ticks: no
+        stop, no false kill, no count changed)."""
         settled = [f for f in watch.false_kills if f.status != ro.SUSPECTED]
         open_ = [f for f in watch.false_kills if f.status == ro.SUSPECTED]
         watch.false_kills = sorted(open_ + settled[-KEEP:], key=lambda f: f.id)
-        self.store.save_doc(WATCH_KEY, ro.to_json(watch), at=now)
+        doc = ro.to_json(watch)
+        if read is None or doc != read:
+            self.store.save_doc(WATCH_KEY, doc, at=now)
 
     # -- admins' and owners' writes ------------------------------------------------------------
     def readiness(self, now: datetime) -> dict[str, ScopeStatus]:

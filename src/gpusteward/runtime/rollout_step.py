@@ -71,6 +71,7 @@ class RolloutStep:
     ) -> list[ro.FalseKill]:
         self.book.note_config(now)
         watch = self.book.watch()
+        read = ro.to_json(watch)  # before this tick's changes, which are made in place
         self._count(watch, workloads, gpus, decisions)
         if not runner.dry_run:
             self._stops(watch, now, workloads, gpus, actions, runner)
@@ -82,7 +83,7 @@ class RolloutStep:
             log.warning("suspected false kill %d: %s (%s) %s", fk.id, fk.workload_id, fk.scope, why)
             _tell_admins(runner, fk, self.policy.rollout.false_kill_slowdown)
         watch.stops = [s for s in watch.stops if now - s.at <= horizon]
-        self.book.save_watch(watch, now)
+        self.book.save_watch(watch, now, read=read)
         return found
 
     def _count(
