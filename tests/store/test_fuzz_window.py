@@ -65,12 +65,16 @@ class WindowMachine(RuleBasedStateMachine):
         now_s = self.slot * INTERVAL
         view = self.store.view(T0 + timedelta(seconds=now_s))
         got = view.below_for_s(UTIL, THRESHOLD)
+        watched = view.watched_s(UTIL)
         for g in GPUS:
             i = view.index_of(g)
             kept = {s: v for s, v in self.model[g].items() if s > self.slot - SLOTS}
             if i is None or not kept:
-                assert i is None or math.isnan(got[i]), (g, got[i])
+                assert i is None or (math.isnan(got[i]) and math.isnan(watched[i])), (g, got[i], watched[i])
                 continue
+            # Watched since the start of the oldest sample's interval (of its current holder).
+            oldest = now_s - (min(kept) * INTERVAL - INTERVAL)
+            assert math.isclose(float(watched[i]), max(oldest, 0.0), abs_tol=1e-6), (g, watched[i], kept)
             at_least = [s for s, v in kept.items() if v >= THRESHOLD]
             if at_least and max(at_least) == max(kept):
                 want = 0.0

@@ -22,6 +22,9 @@ class Rings(Protocol):
     n_slots: int
     _rings: dict[Metric, npt.NDArray[np.float32]]
     _index: dict[str, int]
+    #: Per GPU index, the first slot of its current holder's history (NO_SLOT: never changed):
+    #: the store keeps no value older than it.
+    _since: npt.NDArray[np.int64]
     marks: NewestMarks
 
     @property

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.domain.models import Metric
+from gpusteward.store import slot_scan
 from gpusteward.store.rings import Rings
 
 FloatArray = npt.NDArray[np.float64]
@@ -61,6 +62,7 @@ class WindowView:
         self._now_slot = store.slot_of(now)
         self._head = store.head_slot
         self._rings = {m: r[:, : self.n_gpus] for m, r in store._rings.items()}
+        self._since = store._since[: self.n_gpus]
         # Never-stored metrics (health a source lacks): all NaN, so no range and no scans.
         self._blank = frozenset(m for m in self._rings if not store.holds_data(m))
         self._memo: dict[tuple[object, ...], npt.NDArray[np.generic]] = {}
@@ -201,45 +203,16 @@ class WindowView:
         """``_find_slot`` for every GPU (``cols`` None) or only for ``cols``, over the window or
         only the slots ``span`` of it.
 
-        ``x = -inf`` finds any present value (NaN >= -inf is False). Scans from the chosen
-        end and stops once every GPU is settled; most are settled by the first row or two,
-        so the first block goes row by row. While many GPUs are unsettled, a block is
-        tested with one streaming ``fmax`` over all columns and searched only for the GPUs
-        it settles; once few are left, only their columns are gathered.
+        ``x = -inf`` finds any present value (NaN >= -inf is False); ``store.slot_scan`` says how.
         """
         out = np.full(self.n_gpus, NO_SLOT, dtype=np.int64)
         rng = self._range(m, None) if span is None else span
         if rng is None or self.n_gpus == 0:
             return out
         ring = self._rings[m]
-        spans = self._spans(*rng, newest)
-        b0, b1, slot0 = spans[0]
-        singles = [(r, r + 1, slot0 + r - b0) for r in range(b0, b1)]
-        todo = np.ones(self.n_gpus, dtype=np.bool_)
-        left = self.n_gpus if cols is None else cols.size
-        for b0, b1, slot0 in (singles[::-1] if newest else singles) + spans[1:]:
-            if left == 0:
-                break
-            if cols is None and left * 16 < self.n_gpus:
-                cols = np.flatnonzero(todo)
-            if cols is None:
-                best = ring[b0] if b1 - b0 == 1 else np.fmax.reduce(ring[b0:b1], axis=0)
-                gpus = np.flatnonzero((best >= x) & todo)
-                ok = ring[b0:b1, gpus] >= x if b1 - b0 > 1 else None
-            else:
-                block = ring[b0:b1, cols] >= x
-                found = np.logical_or.reduce(block, axis=0)
-                gpus, ok, cols = cols[found], block[:, found], cols[~found]
-            if gpus.size == 0:
-                continue
-            if ok is None or ok.shape[0] == 1:
-                at: npt.NDArray[np.intp] | int = 0
-            else:  # the row of the newest (oldest) hit in each column of the block
-                at = ok.shape[0] - 1 - np.argmax(ok[::-1], axis=0) if newest else np.argmax(ok, axis=0)
-            out[gpus] = slot0 + at
-            left -= gpus.size
-            todo[gpus] = False
-        return out
+        if not newest and x == -math.inf:
+            cols = slot_scan.oldest_where_due(ring, rng, self._since, cols, out)
+        return slot_scan.scan(ring, self._spans(*rng, newest), x, newest, cols, out)
 
     def prefetch(self, calls: Iterable[tuple[str, Metric, tuple[float, ...]]], workers: int = 2) -> None:
         """Compute aggregates ahead: ``(method, metric, args)``, e.g. ``("mean", m, (1800,))``.

@@ -1,0 +1,71 @@
+"""Per GPU, the newest (or oldest) slot of a ring with a value >= x: the scans behind
+``WindowView``'s ``last``, ``below_for_s`` and ``watched_s``.
+
+``out`` holds the answer (``NO_SLOT`` where none is found) and is filled in place; ``cols`` names
+the GPUs to search (None: all of them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+Cols = npt.NDArray[np.intp] | None
+Ring = npt.NDArray[np.float32]
+
+
+def scan(
+    ring: Ring, spans: list[tuple[int, int, int]], x: float, newest: bool, cols: Cols, out: IntArray
+) -> IntArray:
+    """Over ``spans`` (row blocks ``(row_start, row_stop, first_slot)``, from the end to search
+    from). Stops once every GPU is settled; most are settled by the first row or two, so the
+    first block goes row by row. While many GPUs are unsettled, a block is tested with one
+    streaming ``fmax`` over all columns and searched only for the GPUs it settles; once few are
+    left, only their columns are gathered."""
+    n_gpus = ring.shape[1]
+    b0, b1, slot0 = spans[0]
+    singles = [(r, r + 1, slot0 + r - b0) for r in range(b0, b1)]
+    todo = np.ones(n_gpus, dtype=np.bool_)
+    left = n_gpus if cols is None else cols.size
+    for b0, b1, slot0 in (singles[::-1] if newest else singles) + spans[1:]:
+        if left == 0:
+            break
+        if cols is None and left * 16 < n_gpus:
+            cols = np.flatnonzero(todo)
+        if cols is None:
+            best = ring[b0] if b1 - b0 == 1 else np.fmax.reduce(ring[b0:b1], axis=0)
+            gpus = np.flatnonzero((best >= x) & todo)
+            ok = ring[b0:b1, gpus] >= x if b1 - b0 > 1 else None
+        else:
+            block = ring[b0:b1, cols] >= x
+            found = np.logical_or.reduce(block, axis=0)
+            gpus, ok, cols = cols[found], block[:, found], cols[~found]
+        if gpus.size == 0:
+            continue
+        if ok is None or ok.shape[0] == 1:
+            at: npt.NDArray[np.intp] | int = 0
+        else:  # the row of the newest (oldest) hit in each column of the block
+            at = ok.shape[0] - 1 - np.argmax(ok[::-1], axis=0) if newest else np.argmax(ok, axis=0)
+        out[gpus] = slot0 + at
+        left -= gpus.size
+        todo[gpus] = False
+    return out
+
+
+def oldest_where_due(
+    ring: Ring, rng: tuple[int, int], since: IntArray, cols: Cols, out: IntArray
+) -> npt.NDArray[np.intp]:
+    """The oldest present slot in ``rng``, first looked for where it most often is: the first slot
+    the GPU's current holder can have there (the range's start, or ``since``, the holder's first
+    slot: the store keeps nothing older). One gather settles every GPU whose data has no hole
+    there, where ``scan`` went row by row to each GPU's first sample (a holder that changed
+    within the window). Returns the GPUs left for ``scan``."""
+    idx = np.arange(ring.shape[1], dtype=np.intp) if cols is None else cols
+    first = np.maximum(since[idx], rng[0])
+    inside = np.flatnonzero(first <= rng[1])
+    hit = inside[~np.isnan(ring[first[inside] % ring.shape[0], idx[inside]])]
+    out[idx[hit]] = first[hit]
+    left = first <= rng[1]  # a holder with no slot in range has nothing to find
+    left[hit] = False
+    return idx[left]
