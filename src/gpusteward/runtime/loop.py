@@ -17,9 +17,8 @@
    same idempotency key, and the action row decides, so nothing runs twice), decisions, the
    ledger, the owners' digests, the lifetimes and the demand history.
 
-With ``guard_clock_jumps`` a wall-clock step (NTP) shifts the stored ladder times by the step,
-so ladder timing follows the monotonic clock within a process. The loop around the tick is in
-runtime/driver.py.
+With ``guard_clock_jumps`` a wall-clock step (NTP) shifts the stored ladder times by the step, so
+ladder timing follows the monotonic clock in a process. The loop around the tick: runtime/driver.py.
 """
 
 from __future__ import annotations
@@ -118,8 +117,7 @@ class Steward:
     interruptions: InterruptionStep | None = None
     showback: ShowbackStep | None = None  #: closes months, sends budget alerts: runtime/showback_step.py
     queues: QueueReader = field(default_factory=QueueReader)  #: schedulers' queues, read each tick
-    #: Who may act when two replicas run (None: this one always does).
-    leadership: Leadership | None = None
+    leadership: Leadership | None = None  #: who may act when two replicas run (None: this one)
     #: Shift stored ladder times by a wall-clock step (on with the system clock; simulated
     #: clocks that move wall time on purpose leave it off).
     guard_clock_jumps: bool = False
@@ -135,6 +133,7 @@ class Steward:
         if self.ledger is None:
             self.ledger = LedgerRecorder(self.store, self.prices)
         self.reconciler = Reconciler(self.runner)
+        self._gpus_seen: tuple[Gpu, ...] | None = None
         self.unsnoozable_rules = frozenset(r.name for r in self.rules if not r.spec.snoozable)
 
     @property
@@ -143,11 +142,12 @@ class Steward:
 
     def ingest(self, obs: Observation) -> Mapping[str, Workload]:
         """Feed one observation into the window; returns the running workloads by id."""
-        for gpu in self.prices.with_prices(obs.gpus):
-            self.gpus[gpu.uuid] = gpu
+        if obs.gpus is not self._gpus_seen:  # a source may hand back its unchanged GPUs as they were
+            self.gpus.update((g.uuid, g) for g in self.prices.with_prices(obs.gpus))
+            self.window.register(g.uuid for g in obs.gpus)
+            self._gpus_seen = obs.gpus
         workloads = {w.id: w for w in obs.workloads}
         holders = {uuid: w.id for w in obs.workloads for uuid in w.gpu_uuids}
-        self.window.register(g.uuid for g in obs.gpus)
         self.window.ingest(obs.at, obs.samples, {g.uuid: holders.get(g.uuid, "") for g in obs.gpus})
         return workloads
 
