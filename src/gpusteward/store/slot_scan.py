@@ -16,18 +16,24 @@ Ring = npt.NDArray[np.float32]
 
 
 def scan(
-    ring: Ring, spans: list[tuple[int, int, int]], x: float, newest: bool, cols: Cols, out: IntArray
+    ring: Ring,
+    spans: list[tuple[int, int, int]],
+    x: float,
+    newest: bool,
+    cols: Cols,
+    out: IntArray,
+    settled: npt.NDArray[np.bool_] | None = None,
 ) -> IntArray:
     """Over ``spans`` (row blocks ``(row_start, row_stop, first_slot)``, from the end to search
     from). Stops once every GPU is settled; most are settled by the first row or two, so the
     first block goes row by row. While many GPUs are unsettled, a block is tested with one
     streaming ``fmax`` over all columns and searched only for the GPUs it settles; once few are
-    left, only their columns are gathered."""
+    left, only their columns are gathered. ``settled`` (with ``cols`` None): GPUs already answered."""
     n_gpus = ring.shape[1]
     b0, b1, slot0 = spans[0]
     singles = [(r, r + 1, slot0 + r - b0) for r in range(b0, b1)]
-    todo = np.ones(n_gpus, dtype=np.bool_)
-    left = n_gpus if cols is None else cols.size
+    todo = np.ones(n_gpus, dtype=np.bool_) if settled is None else ~settled
+    left = (n_gpus if settled is None else int(np.count_nonzero(todo))) if cols is None else cols.size
     for b0, b1, slot0 in (singles[::-1] if newest else singles) + spans[1:]:
         if left == 0:
             break
@@ -55,17 +61,19 @@ def scan(
 
 def oldest_where_due(
     ring: Ring, rng: tuple[int, int], since: IntArray, cols: Cols, out: IntArray
-) -> npt.NDArray[np.intp]:
-    """The oldest present slot in ``rng``, first looked for where it most often is: the first slot
-    the GPU's current holder can have there (the range's start, or ``since``, the holder's first
-    slot: the store keeps nothing older). One gather settles every GPU whose data has no hole
-    there, where ``scan`` went row by row to each GPU's first sample (a holder that changed
-    within the window). Returns the GPUs left for ``scan``."""
+) -> tuple[Cols, npt.NDArray[np.bool_] | None]:
+    """The oldest present slot in ``rng`` of each GPU whose holder started inside it, looked for
+    first at that start (``since``, the holder's first slot: the store keeps nothing older). One
+    gather settles each of them that has a sample there, where ``scan`` went row by row from the
+    range's start to it. The others' oldest slot is most often the range's first row, which
+    ``scan`` reads whole. Returns what is left for ``scan``: the columns (``cols`` given), else
+    the GPUs settled here."""
     idx = np.arange(ring.shape[1], dtype=np.intp) if cols is None else cols
-    first = np.maximum(since[idx], rng[0])
-    inside = np.flatnonzero(first <= rng[1])
-    hit = inside[~np.isnan(ring[first[inside] % ring.shape[0], idx[inside]])]
+    first = since[idx]
+    gone = first > rng[1]  # a holder with no slot in range has nothing to find
+    late = np.flatnonzero((first > rng[0]) & ~gone)
+    hit = late[~np.isnan(ring[first[late] % ring.shape[0], idx[late]])]
     out[idx[hit]] = first[hit]
-    left = first <= rng[1]  # a holder with no slot in range has nothing to find
-    left[hit] = False
-    return idx[left]
+    done = gone
+    done[hit] = True
+    return (None, done) if cols is None else (cols[~done], None)

@@ -210,9 +210,10 @@ class WindowView:
         if rng is None or self.n_gpus == 0:
             return out
         ring = self._rings[m]
+        settled = None
         if not newest and x == -math.inf:
-            cols = slot_scan.oldest_where_due(ring, rng, self._since, cols, out)
-        return slot_scan.scan(ring, self._spans(*rng, newest), x, newest, cols, out)
+            cols, settled = slot_scan.oldest_where_due(ring, rng, self._since, cols, out)
+        return slot_scan.scan(ring, self._spans(*rng, newest), x, newest, cols, out, settled)
 
     def prefetch(self, calls: Iterable[tuple[str, Metric, tuple[float, ...]]], workers: int = 2) -> None:
         """Compute aggregates ahead: ``(method, metric, args)``, e.g. ``("mean", m, (1800,))``.
