@@ -11,7 +11,7 @@ table's price for it; elsewhere the configured ``cost.rate`` and the GPU's own p
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from operator import attrgetter
 
@@ -174,22 +174,28 @@ class ShowbackPending:
         return (gpu.model or UNKNOWN_MODEL) if gpu is not None else UNKNOWN_MODEL, rate, price
 
 
-def fresh_use(samples: Iterable[Sample], prev: datetime) -> dict[str, tuple[float, float | None]]:
+def fresh_use(samples: Sequence[Sample], prev: datetime) -> dict[str, tuple[float, float | None]]:
     """Per GPU with a utilisation sample newer than ``prev``: its utilisation (0-100) and power
     (None if never measured), each the mean of those samples. A GPU sampled several times since
     the last tick (10 s scrapes, a 30 s tick) is held once, not once per sample."""
-    fresh = [
-        (u, util, p) for u, at, util, p in map(_SAMPLE_FIELDS, samples) if util is not None and at > prev
-    ]
-    out = {u: (0.0 if util < 0 else 100.0 if util > 100 else util, p) for u, util, p in fresh}
-    if len(out) == len(fresh):
-        return out
+    out: dict[str, tuple[float, float | None]] = {}
+    fresh = 0
+    for uuid, at, util, power in map(_SAMPLE_FIELDS, samples):
+        if util is not None and at > prev:
+            out[uuid] = (0.0 if util < 0 else 100.0 if util > 100 else util, power)
+            fresh += 1
+    return out if fresh == len(out) else _means(samples, prev)
+
+
+def _means(samples: Sequence[Sample], prev: datetime) -> dict[str, tuple[float, float | None]]:
     sums: dict[str, list[float]] = {}
-    for u, util, p in fresh:
-        acc = sums.setdefault(u, [0.0, 0.0, 0.0, 0.0])
+    for uuid, at, util, power in map(_SAMPLE_FIELDS, samples):
+        if util is None or at <= prev:
+            continue
+        acc = sums.setdefault(uuid, [0.0, 0.0, 0.0, 0.0])
         acc[0] += 0.0 if util < 0 else 100.0 if util > 100 else util
         acc[1] += 1
-        if p is not None:
-            acc[2] += p
+        if power is not None:
+            acc[2] += power
             acc[3] += 1
     return {u: (a[0] / a[1], a[2] / a[3] if a[3] else None) for u, a in sums.items()}
