@@ -165,7 +165,8 @@ class ShowbackPending:
     def _priced_by(self, rates: NodeRates) -> dict[str, tuple[Gpu | None, str, Rate, float]]:
         """Per GPU uuid, its model, rate and price, kept while the nodes' rates are the same maps."""
         seen = self._rates_seen
-        if seen[0] is not rates.by_node or seen[1] is not rates.gpu_price:  # refreshed: price again
+        refreshed = seen[0] is not rates.by_node or seen[1] is not rates.gpu_price
+        if refreshed or len(self._priced) > 200_000:  # price again; GPUs gone long ago are dropped
             self._rates_seen, self._priced = (rates.by_node, rates.gpu_price), {}
         return self._priced
 
