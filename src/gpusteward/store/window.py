@@ -173,14 +173,7 @@ class WindowStore:
         last = self._applied
         if not holders or holders == last:  # the same holders as last time: nothing to do
             return
-        # Only these can clear. The pairs are compared in C (a tick changes a few of 10,000s), then
-        # put in the GPUs' index order; a GPU not registered yet keeps the order the caller gave.
-        pairs = holders.items() - last.items()
-        index = self._index
-        if all(u in index for u, _ in pairs):
-            changed = dict(sorted(pairs, key=lambda p: index[p[0]]))
-        else:
-            changed = {u: h for u, h in holders.items() if last.get(u) != h}
+        changed = {u: h for u, h in holders.items() if last.get(u) != h}  # only these can clear
         self._applied = dict(holders)
         for i, holder in zip(self.register(changed, remember=False).tolist(), changed.values(), strict=True):
             prev = self._holders[i]
