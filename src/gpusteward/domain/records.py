@@ -1,8 +1,7 @@
 """What the state store keeps and gives back, declared once for every implementation (SQL in
 ``store/``, in memory in ``store/memory``) and for every reader (CLI, web, reports).
 
-``to_dict`` is derived from the fields by ``plain``: a new field shows up in the JSON and the
-tables without a second list of names to keep in step.
+``to_dict`` comes from the fields (``plain``): a new field shows in the JSON and tables, no list to sync.
 """
 
 from __future__ import annotations
@@ -66,26 +65,30 @@ def plain(record: Any, *, inline: Iterable[str] = (), skip: Iterable[str] = ()) 
     nested records as dicts, or merged in when named in ``inline``; times stay aware datetimes."""
     inlined, skipped = frozenset(inline), frozenset(skip)
     out: dict[str, Any] = {}
-    kind = type(record)
-    names = _FIELD_NAMES.get(kind)
-    if names is None:  # fields() rebuilds its tuple each call: hundreds of records a page
-        names = _FIELD_NAMES[kind] = tuple(f.name for f in fields(record))
-    for name in names:
+    for name in field_names(record):
         if name in skipped:
             continue
         value = getattr(record, name)
         if name in inlined:
             out.update(plain(value, skip=skipped))
-        elif type(value) in _AS_IS:
+        elif type(value) in AS_IS:
             out[name] = value
         else:
             out[name] = _plain_value(value)
     return out
 
 
+#: Kept as they are in plain data and table rows, by exact type (an ``IntEnum`` goes by value).
+AS_IS = frozenset({str, int, float, bool, type(None), datetime})
 _FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
-#: Values ``plain`` keeps as they are, checked by exact type first (most of a record's fields).
-_AS_IS = frozenset({str, int, float, bool, type(None), datetime})
+
+
+def field_names(record: Any) -> tuple[str, ...]:
+    """A dataclass's field names, kept per type (``fields()`` builds its tuple at each call)."""
+    names = _FIELD_NAMES.get(type(record))
+    if names is None:
+        names = _FIELD_NAMES[type(record)] = tuple(f.name for f in fields(record))
+    return names
 
 
 def _plain_value(value: Any) -> Any:
@@ -94,7 +97,7 @@ def _plain_value(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, tuple | list):
-        return [v if type(v) in _AS_IS else _plain_value(v) for v in value]
+        return [v if type(v) in AS_IS else _plain_value(v) for v in value]
     if isinstance(value, Mapping):
         return jsonable(dict(value))
     if is_dataclass(value) and not isinstance(value, type):

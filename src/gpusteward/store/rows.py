@@ -19,12 +19,14 @@ from sqlalchemy.engine import Row
 
 from gpusteward.domain.models import Action, Decision, Finding, LadderState, Notice, Owner, Workload
 from gpusteward.domain.records import (
+    AS_IS,
     ApprovalRecord,
     AuditRecord,
     FindingEpisode,
     NoticeRecord,
     SnoozeRecord,
     WorkloadRecord,
+    field_names,
     jsonable,
 )
 
@@ -107,22 +109,13 @@ def _column(value: Any) -> Any:
     return value
 
 
-#: Values stored as they are (by exact type: an ``IntEnum`` is an int but stored by value).
-_AS_IS = frozenset({str, int, float, bool, type(None), datetime})
-#: Field names per record type (``fields()`` builds a tuple at each call; a tick writes 100s of rows).
-_NAMES: dict[type, tuple[str, ...]] = {}
-
-
 def row_of(record: Any, **extra: Any) -> dict[str, Any]:
     """The columns of a record (its fields, plain), with ``extra`` columns added."""
-    names = _NAMES.get(type(record))
-    if names is None:
-        assert is_dataclass(record)
-        names = _NAMES[type(record)] = tuple(f.name for f in fields(record))
+    assert is_dataclass(record)
     out = {}
-    for name in names:
+    for name in field_names(record):
         v = getattr(record, name)
-        out[name] = v if type(v) in _AS_IS else _column(v)
+        out[name] = v if type(v) in AS_IS else _column(v)
     out.update(extra)
     return out
 
