@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -38,6 +38,10 @@ class Role(StrEnum):
     def allows(self, needed: Role) -> bool:
         order = list(Role)
         return order.index(self) >= order.index(needed)
+
+
+#: A token's ``last_used_at`` is written at most this often: a busy client's reads stay reads.
+USED_EVERY = timedelta(seconds=60)
 
 
 def token_hash(token: str) -> str:
@@ -131,7 +135,7 @@ class AccessStore:
             if row is None or row.revoked_at is not None:
                 return None
             # At most once a minute: a busy API client must not turn every read into a write.
-            if row.last_used_at is None or (at - row.last_used_at).total_seconds() > 60:
+            if row.last_used_at is None or at - row.last_used_at > USED_EVERY:
                 conn.execute(update(api_tokens_t).where(c.id == row.id).values(last_used_at=at))
         return _token_of(row)
 

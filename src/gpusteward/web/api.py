@@ -27,6 +27,7 @@ from gpusteward.web.filters import (
     audit_query,
     finding_query,
 )
+from gpusteward.web.read_cache import reads_of
 
 router = APIRouter(prefix="/api/v1", tags=["gpusteward"])
 
@@ -129,7 +130,7 @@ Format = Literal["json", "csv"]
 def findings(request: Request, query: Annotated[FindingQuery, Depends(finding_query)]) -> Response:
     caller(request)
     ctx = ctx_of(request)
-    return _paged(request, data.findings(ctx.store, ctx.gpus(), query))
+    return _paged(request, data.findings(ctx.store, ctx.gpus(), query, reads_of(request)))
 
 
 @router.get("/workloads/{workload_id:path}", summary="A workload: findings, decisions, actions, notices")
@@ -163,7 +164,8 @@ def actions(
     store = ctx_of(request).store
     if all or (format == "csv" and query.limit is None):
         return _export(data.every_action(store, query), data.ACTION_COLUMNS, format, "actions")
-    return _listed(request, data.actions(store, query), data.ACTION_COLUMNS, format, "actions")
+    listing = data.actions(store, query, reads_of(request))
+    return _listed(request, listing, data.ACTION_COLUMNS, format, "actions")
 
 
 @router.get("/audit", summary="The audit log, newest first (paged; format=csv or all=true to export)")
@@ -177,7 +179,7 @@ def audit(
     store = ctx_of(request).store
     if all or (format == "csv" and query.limit is None):
         return _export(data.every_audit(store, query), data.AUDIT_COLUMNS, format, "audit")
-    return _listed(request, data.audit(store, query), data.AUDIT_COLUMNS, format, "audit")
+    return _listed(request, data.audit(store, query, reads_of(request)), data.AUDIT_COLUMNS, format, "audit")
 
 
 @router.get("/approvals", summary="Approval requests, newest first")

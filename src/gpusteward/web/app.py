@@ -27,12 +27,14 @@ from gpusteward.notify.links import LinkSigner
 from gpusteward.runtime.config import Settings
 from gpusteward.store.access import AccessStore
 from gpusteward.store.db import StateStore
+from gpusteward.store.stamp import stamper
 from gpusteward.web import api, fleet_api, pages, rollout_api, showback_api
 from gpusteward.web.auth import Auth, AuthError
 from gpusteward.web.context import WebContext
 from gpusteward.web.limits import BodyLimit
 from gpusteward.web.live import Live, Nothing
 from gpusteward.web.login_throttle import LoginGuard
+from gpusteward.web.read_cache import ReadCache
 from gpusteward.web.remote_write import RemoteWrite
 from gpusteward.web.security import SecurityHeaders
 
@@ -60,6 +62,7 @@ def create_web_app(
     counts failed logins on its own, so each allows its share of ``web.login_max_failures``."""
     access = AccessStore(store)
     key = signing_key(settings, access)
+    reads = ReadCache(stamper(store) if settings.web.read_cache else None)
     ctx = WebContext(
         store=store,
         settings=settings,
@@ -75,11 +78,13 @@ def create_web_app(
                 max_failures=math.ceil(settings.web.login_max_failures / processes),
                 window_s=settings.web.login_window_seconds,
             ),
+            reads=reads,
         ),
         clock=clock or SystemClock(),
         live=live or Nothing(),
         links=LinkSigner(key, settings.web.link_base(), ttl_hours=settings.web.link_hours),
         on_rules_saved=on_rules_saved,
+        reads=reads,
     )
     app = FastAPI(
         title="gpusteward",

@@ -25,8 +25,9 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from gpusteward.notify.links import LinkError, sign, verify
-from gpusteward.store.access import AccessStore, Role, TokenRecord
+from gpusteward.store.access import USED_EVERY, AccessStore, Role, TokenRecord, token_hash
 from gpusteward.web.login_throttle import LoginGuard
+from gpusteward.web.read_cache import ReadCache
 
 SESSION_COOKIE = "gst_session"
 LOGIN_CSRF_COOKIE = "gst_login_csrf"
@@ -71,8 +72,10 @@ class Auth:
         session_hours: float,
         secure: bool,
         guard: LoginGuard | None = None,
+        reads: ReadCache | None = None,
     ) -> None:
         self.access = access
+        self.reads = reads or ReadCache(None)
         self.key = key
         self.session_hours = session_hours
         self.secure = secure
@@ -113,6 +116,15 @@ class Auth:
         if claims is not None and self.access.use_link(_logged_out(str(claims["n"])), LOGGED_OUT, at=now):
             self.access.store.audit("web.logout", now, None, token_id=claims["t"])
 
+    def _bearer(self, request: Request, token: str, now: datetime) -> TokenRecord | None:
+        """The token's live record, from the read cache while the database is unchanged (a
+        revocation is a write). Once a minute it goes to the store, which marks the token used."""
+        reads = self.reads.view_for(request)
+        rec = reads.get(("token", token_hash(token)), lambda: self.access.authenticate(token, at=now))
+        if rec is not None and (rec.last_used_at is None or (now - rec.last_used_at) > USED_EVERY):
+            rec = self.access.authenticate(token, at=now)
+        return rec
+
     def principal(self, request: Request, now: datetime) -> Principal | None:
         """The caller, or None when anonymous. A bad or revoked credential is anonymous too."""
         header = request.headers.get("authorization", "")
@@ -120,7 +132,7 @@ class Auth:
             scheme, _, token = header.partition(" ")
             if scheme.lower() != "bearer" or not token:
                 return None
-            rec = self.access.authenticate(token.strip(), at=now)
+            rec = self._bearer(request, token.strip(), now)
             return None if rec is None else Principal(rec.name, rec.role, "token")
         claims = self._session(request, now)
         if claims is None or self.access.link_used(_logged_out(str(claims.get("n", "")))):

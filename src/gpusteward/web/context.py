@@ -24,6 +24,7 @@ from gpusteward.store.controls import ApprovalRecord, SnoozeRecord
 from gpusteward.store.db import StateStore
 from gpusteward.web.auth import Auth
 from gpusteward.web.live import Live
+from gpusteward.web.read_cache import ReadCache
 
 
 @dataclass
@@ -38,6 +39,8 @@ class WebContext:
     links: LinkSigner
     #: Called after rules are saved from the rules page (``run --web`` swaps the loop's rules).
     on_rules_saved: Callable[[list[CompiledRule]], None] | None = None
+    #: The store's answers kept while its state is unchanged (``read_cache``); none by default.
+    reads: ReadCache = field(default_factory=lambda: ReadCache(None))
     extra: dict[str, Any] = field(default_factory=dict)
 
     def now(self) -> datetime:

@@ -25,6 +25,7 @@ from gpusteward.store import browse
 from gpusteward.store.controls import ApprovalRecord
 from gpusteward.store.db import FindingEpisode, StateStore, WorkloadRecord
 from gpusteward.web.filters import ActionQuery, ApprovalQuery, AuditQuery, FindingQuery
+from gpusteward.web.read_cache import DIRECT, Reads
 
 
 def iso(at: datetime | None) -> str | None:
@@ -97,14 +98,27 @@ def gpu_name(gpus: Mapping[str, Gpu], uuid: str) -> str:
 def finding_row(
     e: FindingEpisode, w: browse.Holder | WorkloadRecord | None, gpus: Mapping[str, Gpu]
 ) -> dict[str, Any]:
+    return _with_names(_stored_row(e, w), gpus)
+
+
+def _stored_row(e: FindingEpisode, w: browse.Holder | WorkloadRecord | None) -> dict[str, Any]:
+    """A finding's row as far as the store answers it (the read cache keeps these)."""
     row = e.to_dict()
     row["user"] = w.owner.user if w else ""
     row["team"] = w.owner.team if w else ""
     row["workload_name"] = w.name if w else ""
-    row["gpus"] = [gpu_name(gpus, u) for u in e.finding.gpu_uuids]
-    row["nodes"] = sorted({gpus[u].node for u in e.finding.gpu_uuids if u in gpus})
-    row["open"] = e.ended_at is None
     return row
+
+
+def _with_names(stored: dict[str, Any], gpus: Mapping[str, Gpu]) -> dict[str, Any]:
+    """A copy of a stored row with its GPUs' names and nodes from the live inventory."""
+    uuids = stored["gpu_uuids"]
+    return {
+        **stored,
+        "gpus": [gpu_name(gpus, u) for u in uuids],
+        "nodes": sorted({gpus[u].node for u in uuids if u in gpus}),
+        "open": stored["ended_at"] is None,
+    }
 
 
 @dataclass(frozen=True)
@@ -115,7 +129,9 @@ class Listing:
     next_before: int | None
 
 
-def findings(store: StateStore, gpus: Mapping[str, Gpu], query: FindingQuery) -> Listing:
+def findings(
+    store: StateStore, gpus: Mapping[str, Gpu], query: FindingQuery, reads: Reads = DIRECT
+) -> Listing:
     """Finding episodes, newest first, filtered in the store (every filter is an exact match but
     ``node``: the GPUs the live inventory places on it, or its name in the finding's message)."""
     node = query.node
@@ -124,13 +140,21 @@ def findings(store: StateStore, gpus: Mapping[str, Gpu], query: FindingQuery) ->
         kind=query.kind, owner=query.owner, team=query.team, node=node, node_gpus=on_node,
         open_only=query.status != "all",
     )  # fmt: skip
-    page = browse.findings_page(store, flt, before=query.before, limit=query.limit)
-    return Listing([finding_row(e, w, gpus) for e, w in page.rows], page.next_before)
+
+    def read() -> Listing:
+        page = browse.findings_page(store, flt, before=query.before, limit=query.limit)
+        return Listing([_stored_row(e, w) for e, w in page.rows], page.next_before)
+
+    stored = reads.get(("findings", flt, query.before, query.limit), read)
+    return Listing([_with_names(r, gpus) for r in stored.rows], stored.next_before)
 
 
-def facets(store: StateStore, gpus: Mapping[str, Gpu], *, status: str = "open") -> dict[str, list[str]]:
+def facets(
+    store: StateStore, gpus: Mapping[str, Gpu], *, status: str = "open", reads: Reads = DIRECT
+) -> dict[str, list[str]]:
     """The values each findings filter can take, over every (open) episode."""
-    f = browse.finding_facets(store, open_only=status != "all")
+    open_only = status != "all"
+    f = reads.get(("facets", open_only), lambda: browse.finding_facets(store, open_only=open_only))
     return {
         "kind": f.kinds,
         "owner": f.owners,
@@ -204,17 +228,27 @@ def _audit_filters(query: AuditQuery) -> dict[str, Any]:
     return {"q": query.q, "event": query.event, "workload_id": query.workload}
 
 
-def actions(store: StateStore, query: ActionQuery) -> Listing:
+def actions(store: StateStore, query: ActionQuery, reads: Reads = DIRECT) -> Listing:
     """One page of actions, newest first; ``q`` matches every word (any case) in some searched
     column."""
-    page = browse.actions_page(store, before=query.before, limit=query.page_size, **_action_filters(query))
-    return Listing([action_row(a) for a in page.rows], page.next_before)
+    filters = _action_filters(query)
+
+    def read() -> Listing:
+        page = browse.actions_page(store, before=query.before, limit=query.page_size, **filters)
+        return Listing([action_row(a) for a in page.rows], page.next_before)
+
+    return reads.get(("actions", query.before, query.page_size, *sorted(filters.items())), read)
 
 
-def audit(store: StateStore, query: AuditQuery) -> Listing:
+def audit(store: StateStore, query: AuditQuery, reads: Reads = DIRECT) -> Listing:
     """One page of the audit log, newest first; ``event`` is a prefix."""
-    page = browse.audit_page(store, before=query.before, limit=query.page_size, **_audit_filters(query))
-    return Listing([audit_row(r) for r in page.rows], page.next_before)
+    filters = _audit_filters(query)
+
+    def read() -> Listing:
+        page = browse.audit_page(store, before=query.before, limit=query.page_size, **filters)
+        return Listing([audit_row(r) for r in page.rows], page.next_before)
+
+    return reads.get(("audit", query.before, query.page_size, *sorted(filters.items())), read)
 
 
 def every_action(store: StateStore, query: ActionQuery) -> Iterator[dict[str, Any]]:

@@ -100,6 +100,12 @@ class WebSettings(BaseModel):
         description="After SIGTERM, how long requests still running may finish before they are "
         "cancelled and the server exits.",
     )
+    read_cache: bool = Field(
+        True,
+        description="Answer the findings, actions and audit listings from what was read since the "
+        "database last changed (PostgreSQL only: a write anywhere, by any process, starts over; "
+        "nothing stale is ever shown). Off: every request reads the store.",
+    )
     secure_cookies: bool = Field(
         False, description="Send the session cookie only over HTTPS (turn on behind a TLS proxy)."
     )

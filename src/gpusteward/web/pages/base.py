@@ -15,6 +15,7 @@ from markupsafe import Markup
 from gpusteward.store.access import Role
 from gpusteward.web.auth import Principal
 from gpusteward.web.context import WebContext
+from gpusteward.web.read_cache import reads_of
 from gpusteward.web.security import local_path, templates
 
 TEMPLATES = templates(Path(__file__).parent.parent / "templates")  # autoescaped
@@ -36,7 +37,7 @@ def render(
     request: Request, caller: Principal | None, template: str, code: int = 200, **values: Any
 ) -> HTMLResponse:
     ctx = ctx_of(request)
-    pause = ctx.store.pause_state()
+    pause = reads_of(request).get(("pause",), ctx.store.pause_state)
     base = {
         "who": caller,
         "mode": "dry-run" if ctx.dry_run else "enforce",

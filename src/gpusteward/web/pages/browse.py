@@ -22,6 +22,7 @@ from gpusteward.web.filters import (
     finding_query,
 )
 from gpusteward.web.pages.base import ctx_of, message, pager, render, svg, who
+from gpusteward.web.read_cache import reads_of
 
 router = APIRouter(include_in_schema=False)
 
@@ -82,13 +83,14 @@ def findings(request: Request, query: Annotated[FindingQuery, Depends(finding_qu
     caller = who(request)
     ctx = ctx_of(request)
     gpus = ctx.gpus()
-    listing = data.findings(ctx.store, gpus, query)
+    reads = reads_of(request)
+    listing = data.findings(ctx.store, gpus, query, reads)
     return render(
         request,
         caller,
         "findings.html.j2",
         rows=listing.rows,
-        facets=data.facets(ctx.store, gpus, status=query.status),
+        facets=data.facets(ctx.store, gpus, status=query.status, reads=reads),
         filters=query.filters(),
         pager=pager(request, listing.next_before),
     )
@@ -134,7 +136,7 @@ def workload(request: Request, workload_id: str, note: str = "") -> Response:
 @router.get("/actions")
 def actions(request: Request, query: Annotated[ActionQuery, Depends(action_query)]) -> Response:
     caller = who(request)
-    listing = data.actions(ctx_of(request).store, query)
+    listing = data.actions(ctx_of(request).store, query, reads_of(request))
     values: dict[str, Any] = {**query.filters(), "query": urlencode(query.filters())}
     return render(
         request,
@@ -149,7 +151,7 @@ def actions(request: Request, query: Annotated[ActionQuery, Depends(action_query
 @router.get("/audit")
 def audit(request: Request, query: Annotated[AuditQuery, Depends(audit_query)]) -> Response:
     caller = who(request)
-    listing = data.audit(ctx_of(request).store, query)
+    listing = data.audit(ctx_of(request).store, query, reads_of(request))
     values: dict[str, Any] = {**query.filters(), "query": urlencode(query.filters())}
     return render(
         request,

@@ -1,0 +1,236 @@
+"""The web's read cache: answers kept per state stamp, never served after a write.
+
+The stamp is PostgreSQL's (``store.stamp``), so the store tests run on the machine's server;
+the cache's own rules run with a stamp the test sets.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
+from gpusteward.integrations.sim import SimClock
+from gpusteward.runtime.config import load_settings
+from gpusteward.store.access import AccessStore
+from gpusteward.store.db import StateStore
+from gpusteward.store.stamp import stamper
+from gpusteward.web.app import create_web_app
+from gpusteward.web.read_cache import ReadCache
+
+from .conftest import wait_for
+
+AT = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+
+
+class Stamps:
+    def __init__(self) -> None:
+        self.now = "s1"
+
+    def __call__(self) -> str:
+        return self.now
+
+
+def test_an_answer_is_kept_while_the_stamp_stays_and_dropped_when_it_moves() -> None:
+    stamps, calls = Stamps(), []
+    cache = ReadCache(stamps)
+
+    def read() -> list[int]:
+        calls.append(stamps.now)
+        return [len(calls)]
+
+    first = cache.view().get("k", read)
+    assert cache.view().get("k", read) is first
+    assert cache.view().get("other", read) == [2]  # another key is its own read
+    stamps.now = "s2"
+    assert cache.view().get("k", read) == [3]
+    assert calls == ["s1", "s1", "s2"]
+    assert (cache.hits, cache.misses) == (1, 3)
+
+
+def test_without_a_stamp_every_read_goes_to_the_store() -> None:
+    cache, calls = ReadCache(None), []
+    for _ in range(3):
+        cache.view().get("k", lambda: calls.append(1))
+    assert len(calls) == 3
+    assert (cache.hits, cache.misses) == (0, 0)
+
+
+def test_an_answer_read_under_a_stamp_that_was_passed_meanwhile_is_not_kept() -> None:
+    stamps = Stamps()
+    cache = ReadCache(stamps)
+    slow = cache.view()  # a request that read s1, then waits on its query
+    stamps.now = "s2"
+    cache.view().get("k", lambda: "under s2")
+    assert slow.get("k", lambda: "under s1") == "under s1"  # answered, not kept
+    assert cache.view().get("k", lambda: "again") == "under s2"
+
+
+def test_one_request_reads_the_stamp_once() -> None:
+    reads = []
+
+    def stamp() -> str:
+        reads.append(1)
+        return "s"
+
+    view = ReadCache(stamp).view()
+    for key in ("a", "b", "c"):
+        view.get(key, lambda k=key: k)
+    assert len(reads) == 1
+
+
+def test_requests_asking_what_another_is_reading_wait_for_its_read() -> None:
+    cache, started, release, calls = ReadCache(Stamps()), threading.Event(), threading.Event(), []
+
+    def slow() -> str:
+        calls.append("slow")
+        started.set()
+        release.wait()
+        return "read once"
+
+    answers: list[str] = []
+    first = threading.Thread(target=lambda: answers.append(cache.view().get("k", slow)))
+    first.start()
+    started.wait()
+    second = threading.Thread(target=lambda: answers.append(cache.view().get("k", lambda: "twice")))
+    second.start()
+    try:
+        wait_for(lambda: cache.hits == 1, "the second request finding the read in flight")
+    finally:
+        release.set()
+    first.join()
+    second.join()
+    assert answers == ["read once", "read once"]
+    assert calls == ["slow"]
+
+
+def test_a_failed_read_is_not_kept_and_a_waiting_request_makes_its_own() -> None:
+    cache, started, release = ReadCache(Stamps()), threading.Event(), threading.Event()
+
+    def failing() -> str:
+        started.set()
+        release.wait()
+        raise RuntimeError("database went away")
+
+    errors: list[Exception] = []
+
+    def first() -> None:
+        try:
+            cache.view().get("k", failing)
+        except RuntimeError as e:
+            errors.append(e)
+
+    answers: list[str] = []
+    t1 = threading.Thread(target=first)
+    t1.start()
+    started.wait()
+    t2 = threading.Thread(target=lambda: answers.append(cache.view().get("k", lambda: "own read")))
+    t2.start()
+    try:
+        wait_for(lambda: cache.hits == 1, "the second request finding the read in flight")
+    finally:
+        release.set()
+    t1.join()
+    t2.join()
+    assert [str(e) for e in errors] == ["database went away"]
+    assert answers == ["own read"]
+    assert cache.view().get("k", lambda: "fresh") == "fresh"
+
+
+def test_sqlite_has_no_stamp(tmp_path: Path) -> None:
+    store = StateStore(f"sqlite:///{tmp_path / 's.db'}")
+    store.create_schema()
+    assert stamper(store) is None
+
+
+@pytest.fixture
+def pg_store(pg_url: str) -> Iterator[StateStore]:
+    store = StateStore(pg_url)
+    store.create_schema()
+    yield store
+    store.close()
+
+
+def test_the_stamp_moves_with_every_write_and_only_then(pg_store: StateStore, pg_url: str) -> None:
+    stamp = stamper(pg_store)
+    assert stamp is not None
+    idle = stamp()
+    pg_store.pause_state()  # reads write nothing
+    assert stamp() == idle
+    pg_store.audit("test.write", AT, None)
+    after_write = stamp()
+    assert after_write != idle
+    # A writer that began before the stamp was read and commits after it: the stamp moves too.
+    other = create_engine(pg_url)
+    with other.connect() as conn:
+        conn.execute(text("INSERT INTO settings (key, value) VALUES ('test-in-flight', '{}')"))
+        in_flight = stamp()
+        conn.commit()
+    assert stamp() != in_flight
+    other.dispose()
+
+
+def test_pages_are_answered_from_the_cache_until_another_process_writes(
+    pg_store: StateStore, pg_url: str
+) -> None:
+    settings = load_settings(
+        None, store={"url": pg_url}, web={"secret_key": "test-signing-key-0123456789abcdef"}
+    )
+    token = AccessStore(pg_store).create_token("viewer-1", "viewer", at=AT)[1]
+    pg_store.audit("test.first", AT, "wl-1")
+    app = create_web_app(pg_store, settings, [])
+    cache: ReadCache = app.state.web.reads
+    headers = {"authorization": f"Bearer {token}"}
+    with TestClient(app) as client:
+        client.get("/api/v1/me", headers=headers)  # the token's first use is a write
+        first = client.get("/api/v1/audit", headers=headers).json()
+        assert [r["event"] for r in first][:1] == ["test.first"]
+        hits = cache.hits
+        assert client.get("/api/v1/audit", headers=headers).json() == first
+        assert cache.hits == hits + 2  # the token and the listing
+        client.get("/audit", headers=headers)
+        assert "test.first" in client.get("/audit", headers=headers).text
+        # The loop, in another process, writes: the next page shows it.
+        writer = StateStore(pg_url)
+        writer.audit("test.second", AT, "wl-2")
+        writer.close()
+        again = client.get("/api/v1/audit", headers=headers).json()
+        assert [r["event"] for r in again][:2] == ["test.second", "test.first"]
+        assert "test.second" in client.get("/audit", headers=headers).text
+
+
+def test_a_cached_token_is_refused_once_revoked_and_still_marked_used_each_minute(
+    pg_store: StateStore, pg_url: str
+) -> None:
+    settings = load_settings(
+        None, store={"url": pg_url}, web={"secret_key": "test-signing-key-0123456789abcdef"}
+    )
+    access = AccessStore(pg_store)
+    token = access.create_token("viewer-1", "viewer", at=AT)[1]
+    clock = SimClock(AT)
+    app = create_web_app(pg_store, settings, [], clock=clock)
+    cache: ReadCache = app.state.web.reads
+    headers = {"authorization": f"Bearer {token}"}
+
+    def last_used() -> datetime | None:
+        return access.tokens()[0].last_used_at
+
+    with TestClient(app) as client:
+        assert client.get("/api/v1/me", headers=headers).status_code == 200
+        assert last_used() == AT  # the first use is written
+        clock.advance(30)
+        client.get("/api/v1/me", headers=headers)
+        hits = cache.hits
+        assert client.get("/api/v1/me", headers=headers).status_code == 200
+        assert cache.hits == hits + 1  # answered from the cache, not written again
+        assert last_used() == AT
+        clock.advance(31)
+        client.get("/api/v1/me", headers=headers)
+        assert last_used() == AT + timedelta(seconds=61)
+        AccessStore(StateStore(pg_url)).revoke("viewer-1", by="admin", at=clock.now())
+        assert client.get("/api/v1/me", headers=headers).status_code == 401
