@@ -16,8 +16,12 @@ plus the rows' share scaled to 30 days.
 loopback, in ``--workers`` processes (1 by default); ``--readers`` concurrent httpx clients send
 ``--requests`` requests in all, round robin over the findings, actions and audit pages and their
 ``/api/v1`` twins, each with a viewer's bearer token. Baseline, interleaved in the same stream:
-``/api/v1/me`` (same app, same auth, no query). Prints ``p95_ms`` (all six), per path, and
-``ratio_p95_over_baseline``. Target: p95 at most 300 ms.
+``/api/v1/me`` (same app, same auth, no query). Meanwhile a writer makes one write every
+``--writes-every`` seconds (10 by default, three times as often as a 30 s tick writes), so that the
+read cache (``web.read_cache``) starts over as it would beside a running loop. Prints ``p95_ms``
+(all six), per path, ``ratio_p95_over_baseline`` and ``writes``; then the same load again with the
+read cache off: ``no_cache_p95_ms`` and ``ratio_p95_no_cache_over_cache`` (``--no-no-cache-run``
+skips it). Target: p95 at most 300 ms.
 
     python bench/web.py --json                                   # quick: 640 GPUs, 1 day
     python bench/web.py --gpus 10000 --days 30 --readers 20 --requests 2000 --json
@@ -38,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -90,14 +95,14 @@ def schema_url(schema: str) -> str:
     return f"{PG_SERVER}?options=-csearch_path%3D{schema}"
 
 
-def bench_config(schema: str) -> dict[str, Any]:
+def bench_config(schema: str, *, read_cache: bool = True) -> dict[str, Any]:
     """The agent's config: the calibration's overrides, and the served config file's contents."""
     return {
         "mode": "enforce",
         "tick_seconds": TICK_S,
         "source": {"name": "sim", "sim": {"scenario": "default", "history_hours": 0}},
         "store": {"url": schema_url(schema)},
-        "web": {"secret_key": "bench-signing-key-0123456789abcdef"},
+        "web": {"secret_key": "bench-signing-key-0123456789abcdef", "read_cache": read_cache},
     }
 
 
@@ -192,9 +197,11 @@ def db_bytes(engine: Engine, schema: str) -> int:
         )
 
 
-def serve(schema: str, workers: int, cfg: Path) -> tuple[subprocess.Popen[str], str]:
+def serve(
+    schema: str, workers: int, cfg: Path, *, read_cache: bool = True
+) -> tuple[subprocess.Popen[str], str]:
     """``gpusteward serve`` over the schema in a child process, as an admin would start it."""
-    cfg.write_text(json.dumps(bench_config(schema)))  # YAML is a superset of JSON
+    cfg.write_text(json.dumps(bench_config(schema, read_cache=read_cache)))  # YAML is a superset of JSON
     port = free_port()
     cmd = [sys.executable, "-m", "gpusteward", "serve", "-c", str(cfg), "--port", str(port)]
     child = subprocess.Popen([*cmd, "--workers", str(workers)], stdout=subprocess.DEVNULL, text=True)
@@ -238,9 +245,39 @@ def p95(values: list[float]) -> float:
     )
 
 
-def pages(schema: str, token: str, readers: int, requests: int, workers: int) -> dict[str, Any]:
+class Writer:
+    """What the loop does to the database once a tick: one write every ``every_s`` seconds (an
+    audit record through the store), so that the read cache starts over as it would live."""
+
+    def __init__(self, schema: str, every_s: float) -> None:
+        self.every_s, self.writes = every_s, 0
+        self._store = StateStore(schema_url(schema))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._store.audit("bench.tick", SimClock(DEFAULT_START).now(), None, writes=self.writes)
+            self.writes += 1
+
+    def __enter__(self) -> Writer:
+        if self.every_s > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._store.close()
+
+
+def load_test(
+    schema: str, token: str, args: argparse.Namespace, *, read_cache: bool
+) -> tuple[dict[str, list[float]], int]:
+    """Serve, warm up, then the timed requests while the writer writes: times per path, writes."""
     with tempfile.TemporaryDirectory() as tmp:
-        child, base = serve(schema, workers, Path(tmp) / "bench.yaml")
+        child, base = serve(schema, args.workers, Path(tmp) / "bench.yaml", read_cache=read_cache)
         try:
             deadline = time.monotonic() + 120
             while not _answers(base, token):
@@ -248,18 +285,27 @@ def pages(schema: str, token: str, readers: int, requests: int, workers: int) ->
                     raise RuntimeError(f"gpusteward serve did not answer on {base} (exit {child.poll()})")
                 time.sleep(0.2)
             # Warm-up: every path once per worker process.
-            asyncio.run(load(base, token, readers, min((len(PATHS) + 1) * workers, requests)))
-            times = asyncio.run(load(base, token, readers, requests))
+            asyncio.run(load(base, token, args.readers, min((len(PATHS) + 1) * args.workers, args.requests)))
+            with Writer(schema, args.writes_every) as writer:
+                times = asyncio.run(load(base, token, args.readers, args.requests))
         finally:
             child.send_signal(signal.SIGTERM)
             child.wait(timeout=60)
+    return times, writer.writes
+
+
+def pages(schema: str, token: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The load test with the read cache (the figures), then without it (the comparison)."""
+    times, writes = load_test(schema, token, args, read_cache=True)
     pages_ms = [t for p in PATHS for t in times[p]]
     overall = p95(pages_ms)
     base_p95 = p95(times[BASELINE])
-    return {
-        "workers": workers,
-        "readers": readers,
+    out: dict[str, Any] = {
+        "workers": args.workers,
+        "readers": args.readers,
         "requests": sum(len(v) for v in times.values()),
+        "writes_every_s": args.writes_every,
+        "writes": writes,
         "p95_ms": overall,
         "p95_ms_by_path": {p: p95(times[p]) for p in PATHS},
         "median_ms": round(statistics.median(pages_ms), 1),
@@ -269,6 +315,17 @@ def pages(schema: str, token: str, readers: int, requests: int, workers: int) ->
         "p95_target_ms": TARGET_P95_MS,
         "p95_within_target": overall <= TARGET_P95_MS,
     }
+    if args.no_cache_run:
+        off, off_writes = load_test(schema, token, args, read_cache=False)
+        off_ms = [t for p in PATHS for t in off[p]]
+        out |= {
+            "no_cache_p95_ms": p95(off_ms),
+            "no_cache_median_ms": round(statistics.median(off_ms), 1),
+            "no_cache_baseline_p95_ms": p95(off[BASELINE]),
+            "no_cache_writes": off_writes,
+            "ratio_p95_no_cache_over_cache": round(p95(off_ms) / overall, 2),
+        }
+    return out
 
 
 def reread(schema: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -280,7 +337,7 @@ def reread(schema: str, args: argparse.Namespace) -> dict[str, Any]:
         f"bench-viewer-{uuid.uuid4().hex[:6]}", "viewer", at=SimClock(DEFAULT_START).now()
     )[1]
     store.close()
-    found = pages(schema, token, args.readers, args.requests, args.workers)
+    found = pages(schema, token, args)
     out: dict[str, Any] = {"schema": schema, **found}
     print(json.dumps(out))
     return out
@@ -297,6 +354,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--keep", action="store_true", help="keep the schema afterwards (its name on stderr)")
     ap.add_argument("--schema", help="only the pages, over a schema an earlier --keep run left")
     ap.add_argument("--workers", type=int, default=1, help="gpusteward serve --workers (processes)")
+    ap.add_argument(
+        "--writes-every",
+        type=float,
+        default=10.0,
+        help="seconds between the writes made during the load (a tick's; 0: none)",
+    )
+    ap.add_argument(
+        "--no-cache-run",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the load again with web.read_cache off, for the comparison",
+    )
     args = ap.parse_args(argv)
     if args.schema:
         return reread(args.schema, args)
@@ -320,7 +389,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out["db_bytes_empty"] = empty
         out["db_bytes_per_month"] = round(empty + (size - empty) * 30 / (periods * args.calib_hours / 24))
         out["calibration_db_bytes"] = calib_bytes
-        out.update(pages(schema, token, args.readers, args.requests, args.workers))
+        out.update(pages(schema, token, args))
     if not args.json:
         print(
             f"{args.gpus} GPUs x {args.days:g} days: {sum(out['rows'].values()):,} rows, "
