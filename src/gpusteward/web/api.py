@@ -101,9 +101,10 @@ def _listed(
     return _paged(request, listing)
 
 
-def _refused(e: ControlError) -> Response:
+def refused(e: ControlError) -> Response:
+    """A control the store refused: 404 when what it names does not exist, else 409."""
     text = str(e)
-    return JSONResponse({"error": text}, status_code=404 if text.startswith("no ") else 409)
+    return data.json_response({"error": text}, 404 if text.startswith("no ") else 409)
 
 
 @router.get("/me", summary="Who the caller is")
@@ -149,7 +150,7 @@ def snooze(request: Request, workload_id: str, body: SnoozeBody) -> Response:
     try:
         rec = ctx_of(request).snooze(workload_id, hours=body.hours, by=who.name, reason=body.reason)
     except ControlError as e:
-        return _refused(e)
+        return refused(e)
     return data.json_response(rec.to_dict())
 
 
@@ -193,7 +194,7 @@ def _decide(request: Request, approval_id: int, approve: bool, reason: str) -> R
     try:
         rec = ctx_of(request).decide(approval_id, approve=approve, by=who.name, reason=reason)
     except ControlError as e:
-        return _refused(e)
+        return refused(e)
     return data.json_response(rec.to_dict())
 
 

@@ -14,7 +14,7 @@ from gpusteward.domain.errors import ControlError
 from gpusteward.policy.rollout import to_json
 from gpusteward.store.access import Role
 from gpusteward.web import rollout_data
-from gpusteward.web.api import Reason, _refused, caller, ctx_of
+from gpusteward.web.api import Reason, caller, ctx_of, refused
 from gpusteward.web.data import json_response
 from gpusteward.web.filters import FalseKillId, FalseKillQuery, ScopeName, false_kill_query
 
@@ -46,7 +46,7 @@ def promote(request: Request, scope: ScopeName, body: PromoteBody | None = None)
     try:
         done = ctx_of(request).promote(scope, by=who.name, force=body.force, reason=body.reason)
     except ControlError as e:
-        return _refused(e)
+        return refused(e)
     return json_response({**done.row(), "promoted": True})
 
 
@@ -62,7 +62,7 @@ def _settle(request: Request, fk_id: int, confirm: bool, reason: str) -> Respons
     try:
         fk = ctx_of(request).settle_false_kill(fk_id, confirm=confirm, by=who.name, reason=reason)
     except ControlError as e:
-        return _refused(e)
+        return refused(e)
     return json_response(to_json(fk))
 
 
