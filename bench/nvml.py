@@ -189,7 +189,7 @@ def scrape(gpus: int, procs: int, repeats: int, root: Path) -> dict[str, float]:
         "scrape_ms": round(scrape_us / 1000, 3),
         "scrape_baseline_ms": round(base_us / 1000, 3),
         "scrape_ratio": round(scrape_us / base_us, 2),
-        "scrape_series": sum(1 for line in text.decode().splitlines() if line and not line.startswith("#")),
+        "scrape_series": _series(text),
         "scrape_bytes": len(text),
     }
 
@@ -227,7 +227,8 @@ def node_mode(gpus: int, procs: int, ticks: int, root: Path) -> dict[str, float]
         store={"url": f"sqlite:///{root.parent / 'state.db'}"},
     )
     clock = Clock()
-    lib = FakeNvmlLib(make_node(gpus, procs))
+    node = make_node(gpus, procs)
+    lib = FakeNvmlLib(node)
     steward, _ = build_steward(
         settings,
         clock=clock,
@@ -235,12 +236,17 @@ def node_mode(gpus: int, procs: int, ticks: int, root: Path) -> dict[str, float]
     )
     registry = registry_for(NodeCollector(NvmlSampler(Nvml(lib)), ProcReader(root), "bench"))
     cpu = time.process_time()
+    text = b""
     for _ in range(ticks):
         steward.tick()
-        generate_latest(registry)
+        text = generate_latest(registry)
         clock.at += timedelta(seconds=INTERVAL_S)
+        # NVML's per-process samples carry the time they were taken: each interval brings new
+        # ones (a fake whose samples never move would leave the process utilisation series out).
+        node.util_time_us += INTERVAL_S * 1_000_000
     agent_cpu_s = time.process_time() - cpu
     rss = {"rss_mb": _status_mb("VmHWM"), "rss_now_mb": _status_mb("VmRSS")}
+    rss["scrape_series"] = _series(text)  # the last pass's: every process still exported
     baseline = CollectorRegistry(auto_describe=False)
     baseline.register(_Static(_static_families(registry)))  # type: ignore[arg-type]
     base_lib = FakeNvmlLib(make_node(gpus, procs))
@@ -250,6 +256,10 @@ def node_mode(gpus: int, procs: int, ticks: int, root: Path) -> dict[str, float]
         direct_pass(base_lib)
         generate_latest(baseline)
     return {**rss, "agent_cpu_s": agent_cpu_s, "baseline_cpu_s": time.process_time() - cpu}
+
+
+def _series(text: bytes) -> int:
+    return sum(1 for line in text.decode().splitlines() if line and not line.startswith("#"))
 
 
 def _status_mb(field: str) -> float:
@@ -308,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "agent_ticks": args.ticks,
             "interval_s": INTERVAL_S,
             "agent_cpu_s": round(node["agent_cpu_s"], 3),
+            "agent_scrape_series": node["scrape_series"],
             "cpu_pct_of_core": round(cpu_pct, 3),
             "cpu_baseline_pct_of_core": round(base_pct, 3),
             "cpu_ratio": round(cpu_pct / base_pct, 2) if base_pct else float("nan"),

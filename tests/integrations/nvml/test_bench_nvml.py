@@ -34,3 +34,6 @@ def test_bench_runs_and_reports_every_figure(load_bench, capsys: pytest.CaptureF
     assert out["cpu_within_target"] == (out["cpu_pct_of_core"] <= 1.0)
     # 2 GPUs x 3 processes: 6 series in each per-process family.
     assert out["scrape_series"] > 6 * 3
+    # The agent's last scrape exports as much as the first (each pass brings new per-process
+    # samples, as NVML's timestamps move).
+    assert out["agent_scrape_series"] == out["scrape_series"]
