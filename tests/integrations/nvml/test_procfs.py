@@ -88,6 +88,23 @@ def test_reads_a_real_child(spawn: list[subprocess.Popen[bytes]], tmp_path: Path
     assert not info.exited
 
 
+def test_a_large_environment_and_command_line_are_read_whole(spawn: list[subprocess.Popen[bytes]]) -> None:
+    # Past 64 KiB /proc hands the file over in several reads: the variable after the padding
+    # and the last argument are only seen when every one is taken.
+    padding = "x" * 100_000  # one argument may hold 128 KiB at most
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", padding, "last-arg"],
+        env={"PADDING": padding, "SLURM_JOB_ID": "4242"},
+    )
+    spawn.append(child)
+    deadline = time.monotonic() + 30
+    while (info := ProcReader().read(child.pid)) is None or not info.cmdline:
+        assert time.monotonic() < deadline, "the child did not start"
+        time.sleep(0.02)
+    assert info.cmdline[-2:] == (padding, "last-arg")
+    assert info.slurm_job == "4242"
+
+
 def test_a_zombie_is_exited_and_a_reaped_pid_is_gone(spawn: list[subprocess.Popen[bytes]]) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     spawn.append(child)

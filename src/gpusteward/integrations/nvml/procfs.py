@@ -275,13 +275,25 @@ class ProcReader:
         )
 
 
-# Paths are plain strings here: a pathlib join costs microseconds, and a node agent reads four
-# files of every GPU process on every pass (the source and the exporter both).
+# Paths are plain strings and files are read with os.open/os.read: a pathlib join costs
+# microseconds, and a buffered text file object four times what the read itself does, while a
+# node agent reads three files of every GPU process on every pass (the source and the exporter
+# both: 1,500 reads at 8 GPUs x 32 processes).
+
+
+def _raw(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):  # /proc hands a large file over in several reads
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def _text(path: str) -> str:
-    with open(path) as f:  # noqa: PTH123 (see above)
-        return f.read()
+    return _raw(path).decode()
 
 
 def _read(path: str, parse: Callable[[str], _T]) -> _T | None:
@@ -293,7 +305,6 @@ def _read(path: str, parse: Callable[[str], _T]) -> _T | None:
 
 def _read_bytes(path: str, parse: Callable[[bytes], _T]) -> _T | None:
     try:
-        with open(path, "rb") as f:  # noqa: PTH123 (see above)
-            return parse(f.read())
+        return parse(_raw(path))
     except OSError:
         return None
