@@ -156,7 +156,12 @@ def pg_store(pg_url: str) -> Iterator[StateStore]:
     store.close()
 
 
-def test_the_stamp_moves_with_every_write_and_only_then(pg_store: StateStore, pg_url: str) -> None:
+@pytest.mark.parametrize("server", [(15, 0), (12, 0)], ids=["pg_current_snapshot", "before-13"])
+def test_the_stamp_moves_with_every_write_and_only_then(
+    pg_store: StateStore, pg_url: str, server: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pg_store.transaction("dialect") as conn:  # the server here is 15: the older query too
+        monkeypatch.setattr(conn.dialect, "server_version_info", server)
     stamp = stamper(pg_store)
     assert stamp is not None
     idle = stamp()

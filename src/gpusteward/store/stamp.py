@@ -19,6 +19,8 @@ from sqlalchemy import text
 from gpusteward.store.db import StateStore
 
 _SNAPSHOT = text("SELECT pg_current_snapshot()::text")
+#: The same snapshot under its name before PostgreSQL 13 (kept since, deprecated).
+_SNAPSHOT_BEFORE_13 = text("SELECT txid_current_snapshot()::text")
 
 
 def stamper(store: StateStore) -> Callable[[], str] | None:
@@ -26,9 +28,11 @@ def stamper(store: StateStore) -> Callable[[], str] | None:
     with store.transaction("read the database's dialect") as conn:
         if conn.dialect.name != "postgresql":
             return None
+        version = conn.dialect.server_version_info or (0,)
+    query = _SNAPSHOT if version >= (13,) else _SNAPSHOT_BEFORE_13
 
     def stamp() -> str:
         with store.transaction("read the state stamp") as conn:
-            return str(conn.execute(_SNAPSHOT).scalar_one())
+            return str(conn.execute(query).scalar_one())
 
     return stamp
