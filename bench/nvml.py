@@ -14,6 +14,12 @@ in a temporary directory, so it measures gpusteward's own cost, not a driver's.
 * ``rss_mb``: resident memory (high-water mark) of an agent process in node mode: the
   steward with the nvml source, ticking, and the exporter's collector scraped every tick.
   Baseline: a bare Python interpreter (``rss_baseline_mb``). Target: at most 150 MB.
+* ``exporter_cpu_pct_of_core`` / ``exporter_rss_mb``: ``gpusteward exporter`` alone, the
+  target's subject: a child process serving the command's own collector (``node_collector``)
+  with its own HTTP server, scraped over loopback once per simulated 10 s as Prometheus scrapes
+  (its Accept header, gzip). Its CPU time is read from ``/proc/<pid>/stat``, so the scraping
+  client's is not counted. ``cpu_pct_of_core`` stays the stricter figure: the agent's tick and
+  a scrape in one process.
 
     python bench/nvml.py --gpus 8 --procs 50 --json
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,6 +40,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
@@ -258,6 +266,79 @@ def node_mode(gpus: int, procs: int, ticks: int, root: Path) -> dict[str, float]
     return {**rss, "agent_cpu_s": agent_cpu_s, "baseline_cpu_s": time.process_time() - cpu}
 
 
+#: What Prometheus 2.x sends when it scrapes (scrape/scrape.go).
+SCRAPE_HEADERS = {
+    "accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "accept-encoding": "gzip",
+}
+
+
+def exporter_mode(gpus: int, procs: int, root: Path) -> None:
+    """Runs in a child process: ``gpusteward exporter``'s collector and HTTP server; prints the
+    port, then serves until its stdin closes. Each scrape is the next 10 s of the node (NVML's
+    per-process samples move on)."""
+    from gpusteward.integrations.nvml.build import node_collector
+    from gpusteward.integrations.nvml.exporter import serve
+
+    node = make_node(gpus, procs)
+    collector = node_collector(NvmlSourceSettings(proc_root=root, node="bench"), lib=FakeNvmlLib(node))
+    collect = collector.collect
+
+    def next_interval() -> Any:
+        yield from collect()
+        node.util_time_us += INTERVAL_S * 1_000_000
+
+    collector.collect = next_interval  # type: ignore[method-assign]
+    server, _ = serve(collector, 0, "127.0.0.1")
+    print(json.dumps({"port": server.server_port}), flush=True)
+    sys.stdin.read()  # until the parent closes it
+    server.shutdown()
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def exporter(gpus: int, procs: int, ticks: int, root: Path) -> dict[str, Any]:
+    """Scrape the exporter child ``ticks`` times over HTTP; its CPU time and memory."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--exporter-mode", str(root)]
+    child = subprocess.Popen(
+        [*cmd, "--gpus", str(gpus), "--procs", str(procs)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        url = f"http://127.0.0.1:{json.loads(child.stdout.readline())['port']}/metrics"
+        with httpx.Client(headers=SCRAPE_HEADERS, timeout=60) as client:
+            client.get(url).raise_for_status()  # the first scrape starts NVML's handles: not timed
+            cpu = _cpu_s(child.pid)
+            for _ in range(ticks):
+                resp = client.get(url)
+                resp.raise_for_status()
+            used = _cpu_s(child.pid) - cpu
+            rss = int(
+                next(
+                    x
+                    for x in Path(f"/proc/{child.pid}/status").read_text().splitlines()
+                    if x.startswith("VmHWM:")
+                ).split()[1]
+            )
+        encoding = resp.headers.get("content-encoding", "")
+        series = _series(resp.content)
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+    return {
+        "cpu_s": used,
+        "rss_mb": round(rss / 1024, 1),
+        "series": series,
+        "encoding": encoding,
+        "content_type": resp.headers.get("content-type", ""),
+    }
+
+
 def _series(text: bytes) -> int:
     return sum(1 for line in text.decode().splitlines() if line and not line.startswith("#"))
 
@@ -285,7 +366,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     ap.add_argument("--node-mode", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--exporter-mode", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.exporter_mode is not None:
+        exporter_mode(args.gpus, args.procs, args.exporter_mode)
+        return {}
     if args.node_mode is not None:
         result = node_mode(args.gpus, args.procs, args.ticks, args.node_mode)
         print(json.dumps(result))
@@ -309,8 +394,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 str(args.ticks),
             ]
         )
+        alone = exporter(args.gpus, args.procs, args.ticks, root)
         bare = _child(["-c", BARE_PYTHON])
     simulated_s = args.ticks * INTERVAL_S
+    exporter_pct = 100 * alone["cpu_s"] / simulated_s
     cpu_pct = 100 * node["agent_cpu_s"] / simulated_s
     base_pct = 100 * node["baseline_cpu_s"] / simulated_s
     out.update(
@@ -328,6 +415,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "rss_baseline_mb": bare["rss_mb"],
             "rss_ratio": round(node["rss_mb"] / bare["rss_mb"], 2),
             "rss_target_mb": TARGET_MB,
+            "exporter_cpu_s": round(alone["cpu_s"], 3),
+            "exporter_cpu_pct_of_core": round(exporter_pct, 3),
+            "exporter_cpu_within_target": exporter_pct <= TARGET_CPU_PCT,
+            "exporter_rss_mb": alone["rss_mb"],
+            "exporter_scrape_series": alone["series"],
+            "exporter_scrape_encoding": alone["encoding"],
+            "exporter_scrape_content_type": alone["content_type"],
             "rss_within_target": node["rss_mb"] <= TARGET_MB,
         }
     )

@@ -37,3 +37,12 @@ def test_bench_runs_and_reports_every_figure(load_bench, capsys: pytest.CaptureF
     # The agent's last scrape exports as much as the first (each pass brings new per-process
     # samples, as NVML's timestamps move).
     assert out["agent_scrape_series"] == out["scrape_series"]
+    # The exporter alone, scraped over HTTP as Prometheus scrapes it: OpenMetrics, gzipped, the
+    # same series; its own CPU time and memory, under what the agent in node mode holds.
+    assert out["exporter_scrape_series"] == out["scrape_series"]
+    assert out["exporter_scrape_encoding"] == "gzip"
+    assert out["exporter_scrape_content_type"].startswith("application/openmetrics-text")
+    assert out["exporter_cpu_s"] >= 0  # whole clock ticks of /proc: a tiny run may use less than one
+    assert out["exporter_cpu_pct_of_core"] == pytest.approx(100 * out["exporter_cpu_s"] / 30, abs=0.01)
+    assert out["exporter_cpu_within_target"] == (out["exporter_cpu_pct_of_core"] <= 1.0)
+    assert out["rss_baseline_mb"] < out["exporter_rss_mb"] < out["rss_mb"]
