@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from fastapi import Request
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
@@ -140,6 +141,17 @@ def test_a_failed_read_is_not_kept_and_a_waiting_request_makes_its_own() -> None
     assert [str(e) for e in errors] == ["database went away"]
     assert answers == ["own read"]
     assert cache.view().get("k", lambda: "fresh") == "fresh"
+
+
+def test_a_request_that_may_write_reads_the_store_throughout() -> None:
+    cache, calls = ReadCache(Stamps()), []
+
+    def request(method: str) -> Request:
+        return Request({"type": "http", "method": method, "headers": [], "state": {}})
+
+    for method in ("POST", "POST", "GET", "GET"):
+        cache.view_for(request(method)).get("k", lambda m=method: calls.append(m))
+    assert calls == ["POST", "POST", "GET"]  # the second GET is answered from the first
 
 
 def test_sqlite_has_no_stamp(tmp_path: Path) -> None:

@@ -40,10 +40,13 @@ class ReadCache:
         self.hits = self.misses = 0
 
     def view_for(self, request: Request) -> Reads:
-        """The request's view, made on first use (kept in its state, which middleware shares)."""
+        """The request's view, made on first use (kept in its state, which middleware shares).
+        A request that may write reads the store throughout: what it shows after its own write
+        must include it, and its stamp was read before."""
         view: Reads | None = getattr(request.state, "reads", None)
         if view is None or view._cache is not self:
-            view = request.state.reads = self.view()
+            safe = request.method in ("GET", "HEAD")
+            view = request.state.reads = self.view() if safe else Reads(self, None, 0)
         return view
 
     def view(self) -> Reads:
