@@ -54,6 +54,13 @@ def test_an_answer_is_kept_while_the_stamp_stays_and_dropped_when_it_moves() -> 
     assert (cache.hits, cache.misses) == (1, 3)
 
 
+def test_past_its_bound_an_answer_is_read_and_not_kept() -> None:
+    cache, calls = ReadCache(Stamps(), max_entries=2), []
+    for key in ("a", "b", "c", "a", "b", "c"):
+        cache.view().get(key, lambda k=key: calls.append(k))
+    assert calls == ["a", "b", "c", "c"]
+
+
 def test_without_a_stamp_every_read_goes_to_the_store() -> None:
     cache, calls = ReadCache(None), []
     for _ in range(3):

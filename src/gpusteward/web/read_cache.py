@@ -22,8 +22,10 @@ from fastapi import Request
 
 T = TypeVar("T")
 
-#: Answers kept for one stamp at most (distinct pages and filters asked between two writes).
-MAX_ENTRIES = 512
+#: Answers kept for one stamp at most (distinct pages and filters asked between two writes). A
+#: page is up to 200 rows: this bounds the cache to some tens of MB when a crawler pages through
+#: the audit log between two ticks; past it, answers are read and not kept.
+MAX_ENTRIES = 128
 
 
 class ReadCache:
