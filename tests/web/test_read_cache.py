@@ -22,9 +22,10 @@ from gpusteward.store.access import AccessStore
 from gpusteward.store.db import StateStore
 from gpusteward.store.stamp import stamper
 from gpusteward.web.app import create_web_app
+from gpusteward.web.auth import SESSION_COOKIE
 from gpusteward.web.read_cache import ReadCache
 
-from .conftest import wait_for
+from .conftest import login, wait_for
 
 AT = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 
@@ -258,3 +259,25 @@ def test_a_cached_token_is_refused_once_revoked_and_still_marked_used_each_minut
         assert last_used() == AT + timedelta(seconds=61)
         AccessStore(StateStore(pg_url)).revoke("viewer-1", by="admin", at=clock.now())
         assert client.get("/api/v1/me", headers=headers).status_code == 401
+
+
+def test_a_session_is_answered_from_the_cache_and_refused_once_logged_out(
+    pg_store: StateStore, pg_url: str
+) -> None:
+    settings = load_settings(
+        None, store={"url": pg_url}, web={"secret_key": "test-signing-key-0123456789abcdef"}
+    )
+    token = AccessStore(pg_store).create_token("viewer-1", "viewer", at=AT)[1]
+    app = create_web_app(pg_store, settings, [])
+    cache: ReadCache = app.state.web.reads
+    with TestClient(app) as client:
+        csrf = login(client, token)
+        copied = client.cookies.get(SESSION_COOKIE) or ""
+        client.get("/api/v1/me")
+        hits = cache.hits
+        assert client.get("/api/v1/me").json()["name"] == "viewer-1"
+        assert cache.hits == hits + 2  # the logout check and the token, not read again
+        assert client.post("/logout", data={"csrf": csrf}, follow_redirects=False).status_code == 303
+    with TestClient(app) as other:  # a kept copy of the cookie is anonymous at once
+        other.cookies.set(SESSION_COOKIE, copied)
+        assert other.get("/api/v1/me").status_code == 401

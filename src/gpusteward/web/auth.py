@@ -135,9 +135,15 @@ class Auth:
             rec = self._bearer(request, token.strip(), now)
             return None if rec is None else Principal(rec.name, rec.role, "token")
         claims = self._session(request, now)
-        if claims is None or self.access.link_used(_logged_out(str(claims.get("n", "")))):
+        if claims is None:
             return None
-        rec = self.access.token(int(claims.get("t", -1)))
+        # Both reads come from the read cache: a logout and a revocation are writes.
+        reads = self.reads.view_for(request)
+        nonce = _logged_out(str(claims.get("n", "")))
+        if reads.get(("logged out", nonce), lambda: self.access.link_used(nonce)):
+            return None
+        token_id = int(claims.get("t", -1))
+        rec = reads.get(("token id", token_id), lambda: self.access.token(token_id))
         if rec is None or rec.revoked_at is not None:
             return None
         return Principal(rec.name, rec.role, "session", str(claims.get("c", "")))

@@ -7,7 +7,7 @@ drops everything read under the old one. Nothing is ever served stale: any write
 another replica or this server, changes the stamp. Where the database has no stamp (SQLite),
 every read goes to the store.
 
-Only what the store answers is kept (listings, facets, the pause flag, a bearer token's record),
+Only what the store answers is kept (listings, facets, the pause flag, the caller's token),
 never what depends on the live inventory: that is added per request.
 """
 
