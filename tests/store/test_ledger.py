@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from gpusteward.domain.models import ActionStatus, Decision, Level, Owner, Workload, WorkloadKind
+from gpusteward.report import gather
 from gpusteward.store.db import StateStore
 from gpusteward.store.ledger import DailyAmounts, DailyKey, LedgerStore, Mark, UsageAmounts, UsageKey, day_key
 
@@ -46,6 +47,26 @@ def test_daily_amounts_add_up(state: StateStore) -> None:
     ]
     assert [r.key.user for r in ledger.daily(date(2025, 3, 4), date(2025, 3, 6), team="nlp")] == ["bob"]
     assert ledger.day_range() == (date(2025, 3, 4), date(2025, 3, 5))
+
+
+def test_totals_are_the_sums_a_report_of_every_day_gives(state: StateStore) -> None:
+    ledger = LedgerStore(state)
+    assert ledger.totals("USD") == (0.0, 0.0)
+    ledger.add(
+        {
+            key(): DailyAmounts(waste_gpu_hours=1.5, waste_cost=4.5, saved_gpu_hours=1, saved_cost=2.25),
+            key(user="bob", team="nlp", kind="zombie"): DailyAmounts(waste_cost=9.0),
+            key(day="2025-03-09"): DailyAmounts(waste_cost=0.75, saved_cost=10.0),
+            DailyKey("2025-03-05", "EUR", "alice", "vision", "idle"): DailyAmounts(waste_cost=100.0),
+        },
+        {},
+    )
+    span = ledger.day_range()
+    assert span is not None
+    report = gather(ledger, span[0], span[1] + timedelta(days=1), currency="USD", rate="on_demand")
+    assert ledger.totals("USD") == pytest.approx((report.waste_cost, report.saved_cost))
+    assert ledger.totals("USD") == pytest.approx((14.25, 12.25))
+    assert ledger.totals("EUR") == (100.0, 0.0)
 
 
 def test_usage_sums_hours_and_keeps_the_largest_counts(state: StateStore) -> None:

@@ -221,6 +221,15 @@ class LedgerStore:
             for r in rows
         ]
 
+    def totals(self, currency: str) -> tuple[float, float]:
+        """(waste cost, saved cost) of every day the ledger holds, in ``currency``: summed in SQL,
+        not by reading each row (a month at 10,000 GPUs is some 100,000 rows)."""
+        c = ledger_daily_t.c
+        query = select(func.sum(c.waste_cost), func.sum(c.saved_cost)).where(c.currency == currency)
+        with self.state._tx("read ledger totals") as conn:
+            waste, saved = conn.execute(query).one()
+        return float(waste or 0.0), float(saved or 0.0)
+
     def day_range(self) -> tuple[date, date] | None:
         """The first and last day with ledger rows, or None for an empty ledger."""
         c = ledger_daily_t.c

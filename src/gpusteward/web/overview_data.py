@@ -17,7 +17,7 @@ from gpusteward.domain.models import ApprovalStatus, Metric, RuleAction
 from gpusteward.policy.settings import PolicySettings
 from gpusteward.report import gather
 from gpusteward.runtime.loop import Steward
-from gpusteward.store.db import StateStore
+from gpusteward.store.db import FindingEpisode, StateStore
 from gpusteward.store.ledger import LedgerStore
 from gpusteward.web import health_data, rollout_data
 from gpusteward.web.data import gpu_name
@@ -85,10 +85,7 @@ def money(store: StateStore, now: datetime, *, currency: str, rate: str, days: i
     ledger = LedgerStore(store)
     end = now.date() + timedelta(days=1)
     recent = gather(ledger, end - timedelta(days=days), end, currency=currency, rate=rate)
-    span = ledger.day_range()
-    total = (
-        gather(ledger, span[0], span[1] + timedelta(days=1), currency=currency, rate=rate) if span else recent
-    )
+    waste_to_date, saved_to_date = ledger.totals(currency)
     per_day: dict[str, list[float]] = {}
     for row in ledger.usage(end - timedelta(days=days), end):
         acc = per_day.setdefault(row.key.day, [0.0, 0.0])
@@ -99,17 +96,19 @@ def money(store: StateStore, now: datetime, *, currency: str, rate: str, days: i
         days=recent.days,
         waste=recent.daily_waste_cost,
         saved=recent.daily_saved_cost,
-        saved_to_date=total.saved_cost,
-        waste_to_date=total.waste_cost,
+        saved_to_date=saved_to_date,
+        waste_to_date=waste_to_date,
         efficiency_days=eff_days,
         efficiency_pct=[100 * b / h if h > 0 else None for h, b in (per_day[d] for d in eff_days)],
     )
 
 
-def idle_now(store: StateStore, now: datetime) -> tuple[set[str], float]:
+def idle_now(
+    store: StateStore, now: datetime, open_episodes: Sequence[FindingEpisode] | None = None
+) -> tuple[set[str], float]:
     """GPUs in a fresh, open reclaim finding, and what they cost per hour."""
     idle: dict[str, float] = {}
-    for e in store.open_findings():
+    for e in store.open_findings() if open_episodes is None else open_episodes:
         f = e.finding
         if f.action is not RuleAction.RECLAIM or now - e.last_seen_at > FRESH:
             continue
@@ -162,7 +161,8 @@ def overview(
     dry_run: bool,
     policy: PolicySettings,
 ) -> dict[str, Any]:
-    idle, waste_per_hour = idle_now(store, now)
+    open_episodes = store.open_findings()
+    idle, waste_per_hour = idle_now(store, now, open_episodes)
     safety = rollout_data.figures(store, policy)
     m = money(store, now, currency=currency, rate=rate)
     labels, util = utilisation_series(steward, now)
@@ -189,7 +189,7 @@ def overview(
         ],
         "actions_24h": dict(by_status),
         "actions_24h_by_hour": {"hours": hours, "levels": per_level},
-        "open_findings": len(store.open_findings()),
+        "open_findings": len(open_episodes),
         "pending_approvals": len(store.approvals(ApprovalStatus.PENDING)),
         # The live safety figures (policy.rollout.safety_figures): ratios, None before any stop.
         "safety": safety,
