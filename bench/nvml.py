@@ -312,19 +312,13 @@ def exporter(gpus: int, procs: int, ticks: int, root: Path) -> dict[str, Any]:
     try:
         url = f"http://127.0.0.1:{json.loads(child.stdout.readline())['port']}/metrics"
         with httpx.Client(headers=SCRAPE_HEADERS, timeout=60) as client:
-            client.get(url).raise_for_status()  # the first scrape starts NVML's handles: not timed
+            client.get(url).raise_for_status()  # the first fills the per-process caches: not timed
             cpu = _cpu_s(child.pid)
             for _ in range(ticks):
                 resp = client.get(url)
                 resp.raise_for_status()
             used = _cpu_s(child.pid) - cpu
-            rss = int(
-                next(
-                    x
-                    for x in Path(f"/proc/{child.pid}/status").read_text().splitlines()
-                    if x.startswith("VmHWM:")
-                ).split()[1]
-            )
+            rss_mb = _status_mb("VmHWM", child.pid)
         encoding = resp.headers.get("content-encoding", "")
         series = _series(resp.content)
     finally:
@@ -332,7 +326,7 @@ def exporter(gpus: int, procs: int, ticks: int, root: Path) -> dict[str, Any]:
         child.wait(timeout=60)
     return {
         "cpu_s": used,
-        "rss_mb": round(rss / 1024, 1),
+        "rss_mb": rss_mb,
         "series": series,
         "encoding": encoding,
         "content_type": resp.headers.get("content-type", ""),
@@ -343,8 +337,8 @@ def _series(text: bytes) -> int:
     return sum(1 for line in text.decode().splitlines() if line and not line.startswith("#"))
 
 
-def _status_mb(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
+def _status_mb(field: str, pid: int | str = "self") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return round(int(line.split()[1]) / 1024, 1)
     return float("nan")
