@@ -7,12 +7,12 @@ the cache's own rules run with a stamp the test sets.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from fastapi import Request
+from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
@@ -93,20 +93,29 @@ def test_one_request_reads_the_stamp_once() -> None:
     assert len(reads) == 1
 
 
-def test_requests_asking_what_another_is_reading_wait_for_its_read() -> None:
-    cache, started, release, calls = ReadCache(Stamps()), threading.Event(), threading.Event(), []
+def overlap(cache: ReadCache, slow_end: Callable[[], str], second_read: Callable[[], str]) -> list[object]:
+    """Request 1 asks for "k" with a read that blocks until request 2, asking for "k" too, has
+    found it in flight; then request 1's read ends with ``slow_end()``. What each request got:
+    its answer, or the exception it raised."""
+    started, release = threading.Event(), threading.Event()
 
     def slow() -> str:
-        calls.append("slow")
         started.set()
         release.wait()
-        return "read once"
+        return slow_end()
 
-    answers: list[str] = []
-    first = threading.Thread(target=lambda: answers.append(cache.view().get("k", slow)))
+    got: dict[int, object] = {}
+
+    def ask(n: int, read: Callable[[], str]) -> None:
+        try:
+            got[n] = cache.view().get("k", read)
+        except RuntimeError as e:
+            got[n] = e
+
+    first = threading.Thread(target=ask, args=(1, slow))
     first.start()
     started.wait()
-    second = threading.Thread(target=lambda: answers.append(cache.view().get("k", lambda: "twice")))
+    second = threading.Thread(target=ask, args=(2, second_read))
     second.start()
     try:
         wait_for(lambda: cache.hits == 1, "the second request finding the read in flight")
@@ -114,40 +123,28 @@ def test_requests_asking_what_another_is_reading_wait_for_its_read() -> None:
         release.set()
     first.join()
     second.join()
-    assert answers == ["read once", "read once"]
+    return [got[1], got[2]]
+
+
+def test_requests_asking_what_another_is_reading_wait_for_its_read() -> None:
+    calls: list[str] = []
+
+    def slow_end() -> str:
+        calls.append("slow")
+        return "read once"
+
+    assert overlap(ReadCache(Stamps()), slow_end, lambda: "twice") == ["read once", "read once"]
     assert calls == ["slow"]
 
 
 def test_a_failed_read_is_not_kept_and_a_waiting_request_makes_its_own() -> None:
-    cache, started, release = ReadCache(Stamps()), threading.Event(), threading.Event()
-
     def failing() -> str:
-        started.set()
-        release.wait()
         raise RuntimeError("database went away")
 
-    errors: list[Exception] = []
-
-    def first() -> None:
-        try:
-            cache.view().get("k", failing)
-        except RuntimeError as e:
-            errors.append(e)
-
-    answers: list[str] = []
-    t1 = threading.Thread(target=first)
-    t1.start()
-    started.wait()
-    t2 = threading.Thread(target=lambda: answers.append(cache.view().get("k", lambda: "own read")))
-    t2.start()
-    try:
-        wait_for(lambda: cache.hits == 1, "the second request finding the read in flight")
-    finally:
-        release.set()
-    t1.join()
-    t2.join()
-    assert [str(e) for e in errors] == ["database went away"]
-    assert answers == ["own read"]
+    cache = ReadCache(Stamps())
+    first, second = overlap(cache, failing, lambda: "own read")
+    assert str(first) == "database went away"
+    assert second == "own read"
     assert cache.view().get("k", lambda: "fresh") == "fresh"
 
 
@@ -174,6 +171,18 @@ def pg_store(pg_url: str) -> Iterator[StateStore]:
     store.create_schema()
     yield store
     store.close()
+
+
+def served_on(
+    pg_store: StateStore, pg_url: str, clock: SimClock | None = None
+) -> tuple[FastAPI, ReadCache, str]:
+    """The web app over the PostgreSQL store, its read cache, and a viewer's token."""
+    settings = load_settings(
+        None, store={"url": pg_url}, web={"secret_key": "test-signing-key-0123456789abcdef"}
+    )
+    token = AccessStore(pg_store).create_token("viewer-1", "viewer", at=AT)[1]
+    app = create_web_app(pg_store, settings, [], clock=clock)
+    return app, app.state.web.reads, token
 
 
 @pytest.mark.parametrize("server", [(15, 0), (12, 0)], ids=["pg_current_snapshot", "before-13"])
@@ -203,13 +212,8 @@ def test_the_stamp_moves_with_every_write_and_only_then(
 def test_pages_are_answered_from_the_cache_until_another_process_writes(
     pg_store: StateStore, pg_url: str
 ) -> None:
-    settings = load_settings(
-        None, store={"url": pg_url}, web={"secret_key": "test-signing-key-0123456789abcdef"}
-    )
-    token = AccessStore(pg_store).create_token("viewer-1", "viewer", at=AT)[1]
+    app, cache, token = served_on(pg_store, pg_url)
     pg_store.audit("test.first", AT, "wl-1")
-    app = create_web_app(pg_store, settings, [])
-    cache: ReadCache = app.state.web.reads
     headers = {"authorization": f"Bearer {token}"}
     with TestClient(app) as client:
         client.get("/api/v1/me", headers=headers)  # the token's first use is a write
@@ -232,14 +236,9 @@ def test_pages_are_answered_from_the_cache_until_another_process_writes(
 def test_a_cached_token_is_refused_once_revoked_and_still_marked_used_each_minute(
     pg_store: StateStore, pg_url: str
 ) -> None:
-    settings = load_settings(
-        None, store={"url": pg_url}, web={"secret_key": "test-signing-key-0123456789abcdef"}
-    )
-    access = AccessStore(pg_store)
-    token = access.create_token("viewer-1", "viewer", at=AT)[1]
     clock = SimClock(AT)
-    app = create_web_app(pg_store, settings, [], clock=clock)
-    cache: ReadCache = app.state.web.reads
+    app, cache, token = served_on(pg_store, pg_url, clock=clock)
+    access = AccessStore(pg_store)
     headers = {"authorization": f"Bearer {token}"}
 
     def last_used() -> datetime | None:
@@ -257,19 +256,16 @@ def test_a_cached_token_is_refused_once_revoked_and_still_marked_used_each_minut
         clock.advance(31)
         client.get("/api/v1/me", headers=headers)
         assert last_used() == AT + timedelta(seconds=61)
-        AccessStore(StateStore(pg_url)).revoke("viewer-1", by="admin", at=clock.now())
+        other = StateStore(pg_url)  # an admin's `gpusteward token revoke`, another process
+        AccessStore(other).revoke("viewer-1", by="admin", at=clock.now())
+        other.close()
         assert client.get("/api/v1/me", headers=headers).status_code == 401
 
 
 def test_a_session_is_answered_from_the_cache_and_refused_once_logged_out(
     pg_store: StateStore, pg_url: str
 ) -> None:
-    settings = load_settings(
-        None, store={"url": pg_url}, web={"secret_key": "test-signing-key-0123456789abcdef"}
-    )
-    token = AccessStore(pg_store).create_token("viewer-1", "viewer", at=AT)[1]
-    app = create_web_app(pg_store, settings, [])
-    cache: ReadCache = app.state.web.reads
+    app, cache, token = served_on(pg_store, pg_url)
     with TestClient(app) as client:
         csrf = login(client, token)
         copied = client.cookies.get(SESSION_COOKIE) or ""
