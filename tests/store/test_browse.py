@@ -119,6 +119,36 @@ def test_action_filters_combine(store: StateStore) -> None:
     assert ids(q="100%") == []  # LIKE wildcards in the search are literal text
 
 
+def test_action_times_are_every_action_of_the_span_dry_runs_included(store: StateStore) -> None:
+    rows = [
+        {
+            "idempotency_key": f"key-{i}",
+            "dry_run": i % 2 == 0,
+            "workload_id": f"job-{i}",
+            "level": 1 + i % 3,
+            "step": "notify",
+            "rule": "idle-gpu",
+            "status": "succeeded" if i % 3 else "planned",
+            "created_at": T0 + timedelta(minutes=10 * i),
+            "updated_at": T0 + timedelta(minutes=10 * i),
+            "attempts": 1,
+            "detail": "",
+            "gpu_uuids": [],
+            "gpu_count": 1,
+        }
+        for i in range(7000)  # more than the 5,000 newest the overview used to read
+    ]
+    with store.transaction("seed") as conn:
+        conn.execute(insert(actions_t), rows)
+    start, end = T0 + timedelta(minutes=10), T0 + timedelta(minutes=10 * 6500)
+    got = browse.action_times(store, start, end)
+    want = [r for r in rows if start <= r["created_at"] < end]
+    assert len(got) == len(want) == 6499
+    assert sorted((t, lv.value, st) for t, lv, st in got) == [
+        (r["created_at"], r["level"], r["status"]) for r in want
+    ]
+
+
 def _finding(wid: str | None, rule: str, kind: str, gpus: tuple[str, ...], message: str) -> Finding:
     return Finding(rule, kind, RuleAction.RECLAIM, T0, gpus, wid, {}, 5.0, 0.1, 0.2, message)
 

@@ -49,7 +49,7 @@ def test_daily_amounts_add_up(state: StateStore) -> None:
     assert ledger.day_range() == (date(2025, 3, 4), date(2025, 3, 5))
 
 
-def test_totals_are_the_sums_a_report_of_every_day_gives(state: StateStore) -> None:
+def test_totals_and_money_per_day_are_the_sums_a_report_gives(state: StateStore) -> None:
     ledger = LedgerStore(state)
     assert ledger.totals("USD") == (0.0, 0.0)
     ledger.add(
@@ -67,6 +67,13 @@ def test_totals_are_the_sums_a_report_of_every_day_gives(state: StateStore) -> N
     assert ledger.totals("USD") == pytest.approx((report.waste_cost, report.saved_cost))
     assert ledger.totals("USD") == pytest.approx((14.25, 12.25))
     assert ledger.totals("EUR") == (100.0, 0.0)
+    # Per day, as the report's daily series give them (a day without rows has none here).
+    week = gather(ledger, date(2025, 3, 4), date(2025, 3, 11), currency="USD", rate="on_demand")
+    by_day = ledger.money_by_day(date(2025, 3, 4), date(2025, 3, 11), "USD")
+    assert [by_day.get(d, (0.0, 0.0))[0] for d in week.days] == pytest.approx(week.daily_waste_cost)
+    assert [by_day.get(d, (0.0, 0.0))[1] for d in week.days] == pytest.approx(week.daily_saved_cost)
+    assert sorted(by_day) == ["2025-03-04", "2025-03-09"]
+    assert ledger.money_by_day(date(2025, 3, 5), date(2025, 3, 9), "USD") == {}
 
 
 def test_usage_sums_hours_and_keeps_the_largest_counts(state: StateStore) -> None:
@@ -84,6 +91,13 @@ def test_usage_sums_hours_and_keeps_the_largest_counts(state: StateStore) -> Non
     assert [(r.key, r.amounts) for r in rows] == [(k, UsageAmounts("alice", "vision", 8, 8, 3.0, 1.25, 6))]
     assert len(ledger.usage(date(2025, 3, 1), date(2025, 3, 9), team="vision")) == 2
     assert ledger.usage(date(2025, 3, 1), date(2025, 3, 9), team="nlp") == []
+    ledger.add({}, {UsageKey("2025-03-04", "job-2"): UsageAmounts("bob", "nlp", 1, 1, 0.5, 0.5, 0)})
+    # Per day, summed over workloads in SQL: what the rows' hours add up to.
+    assert ledger.use_by_day(date(2025, 3, 1), date(2025, 3, 9)) == {
+        "2025-03-04": (3.5, 1.75),
+        "2025-03-05": (1.0, 1.0),
+    }
+    assert ledger.use_by_day(date(2025, 3, 5), date(2025, 3, 6)) == {"2025-03-05": (1.0, 1.0)}
 
 
 def test_marks_are_saved_replaced_and_dropped(state: StateStore) -> None:
