@@ -102,9 +102,10 @@ class WebSettings(BaseModel):
     )
     read_cache: bool = Field(
         True,
-        description="Answer the findings, actions and audit listings from what was read since the "
-        "database last changed (PostgreSQL only: a write anywhere, by any process, starts over; "
-        "nothing stale is ever shown). Off: every request reads the store.",
+        description="Answer the findings, actions and audit listings, the pause flag and the caller's "
+        "token from what was read since the database last changed (PostgreSQL only: a write "
+        "anywhere, by any process, starts over; nothing stale is ever shown). Off: every request "
+        "reads the store.",
     )
     secure_cookies: bool = Field(
         False, description="Send the session cookie only over HTTPS (turn on behind a TLS proxy)."
