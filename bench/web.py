@@ -277,7 +277,7 @@ class Writer:
 def overview_at_end(schema: str, repeats: int = 3) -> dict[str, Any]:
     """The overview's figures (``overview_data.overview``, without a live window) with the clock
     at the newest action, as a console opened at the end of that month computes them. Timed in
-    process: ``serve`` runs on this machine's clock, days after the simulated month, where the
+    process: ``serve`` runs on this machine's clock, months after the simulated month, where the
     last day and the last 14 days hold nothing."""
     from gpusteward.web.overview_data import overview
 
