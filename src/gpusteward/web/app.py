@@ -62,7 +62,6 @@ def create_web_app(
     counts failed logins on its own, so each allows its share of ``web.login_max_failures``."""
     access = AccessStore(store)
     key = signing_key(settings, access)
-    reads = ReadCache(stamper(store) if settings.web.read_cache else None)
     ctx = WebContext(
         store=store,
         settings=settings,
@@ -78,13 +77,12 @@ def create_web_app(
                 max_failures=math.ceil(settings.web.login_max_failures / processes),
                 window_s=settings.web.login_window_seconds,
             ),
-            reads=reads,
+            reads=ReadCache(stamper(store) if settings.web.read_cache else None),
         ),
         clock=clock or SystemClock(),
         live=live or Nothing(),
         links=LinkSigner(key, settings.web.link_base(), ttl_hours=settings.web.link_hours),
         on_rules_saved=on_rules_saved,
-        reads=reads,
     )
     app = FastAPI(
         title="gpusteward",

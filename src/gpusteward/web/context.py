@@ -39,12 +39,16 @@ class WebContext:
     links: LinkSigner
     #: Called after rules are saved from the rules page (``run --web`` swaps the loop's rules).
     on_rules_saved: Callable[[list[CompiledRule]], None] | None = None
-    #: The store's answers kept while its state is unchanged (``read_cache``); none by default.
-    reads: ReadCache = field(default_factory=lambda: ReadCache(None))
     extra: dict[str, Any] = field(default_factory=dict)
 
     def now(self) -> datetime:
         return self.clock.now()
+
+    @property
+    def reads(self) -> ReadCache:
+        """The store's answers kept while its state is unchanged (``read_cache``): the one the
+        caller's token is read through."""
+        return self.auth.reads
 
     def steward(self) -> Steward | None:
         return self.live.steward()

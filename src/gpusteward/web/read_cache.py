@@ -115,6 +115,6 @@ DIRECT = ReadCache(None).view()
 
 
 def reads_of(request: Request) -> Reads:
-    """The request's view of the web app's cache (``WebContext.reads``)."""
+    """The request's view of the web app's cache (``WebContext.reads``, the auth's)."""
     cache: ReadCache = request.app.state.web.reads
     return cache.view_for(request)
