@@ -70,10 +70,9 @@ def oldest_where_due(
     the GPUs settled here."""
     idx = np.arange(ring.shape[1], dtype=np.intp) if cols is None else cols
     first = since[idx]
-    gone = first > rng[1]  # a holder with no slot in range has nothing to find
-    late = np.flatnonzero((first > rng[0]) & ~gone)
+    done = first > rng[1]  # a holder with no slot in range has nothing to find
+    late = np.flatnonzero((first > rng[0]) & ~done)
     hit = late[~np.isnan(ring[first[late] % ring.shape[0], idx[late]])]
     out[idx[hit]] = first[hit]
-    done = gone
-    done[hit] = True
+    done[hit] = True  # and those this gather answered
     return (None, done) if cols is None else (cols[~done], None)
