@@ -15,7 +15,10 @@ def test_bench_runs_and_both_methods_agree(load_bench, capsys: pytest.CaptureFix
     assert {"gpus", "tick_ms", "baseline_ms", "ratio", "window_bytes_per_gpu"} <= set(printed)
     assert printed["gpus"] == 200
     assert printed["window_bytes_per_gpu"] == 720
-    assert printed["bytes_per_gpu_metric"] == 720  # 180 float32 slots: 30 min at 10 s
+    assert printed["ring_bytes_per_gpu_metric"] == 720  # 180 float32 slots: 30 min at 10 s
+    # The rings and what is kept between ticks (blocks of 16 slots: far less than the rings).
+    assert 0 < printed["kept_bytes_per_gpu_metric"] < 720
+    assert printed["bytes_per_gpu_metric"] == 720 + printed["kept_bytes_per_gpu_metric"]
     assert printed["baseline_scaled"] is False
     assert printed["findings"] > 0  # the agreement below is about something
     assert printed["agree"] is True

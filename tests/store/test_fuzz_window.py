@@ -2,18 +2,22 @@
 changing hands, checked after every step against a plain model: a GPU's window shows only
 samples of its current holder from inside the window, and a missing reading is NaN, never 0.
 ``below_for_s``, whose answer the store keeps from one look to the next (``NewestMarks``), is
-checked at random steps against the same model, so that several ticks pass between looks."""
+checked at random steps against the same model, so that several ticks pass between looks; so are
+the mean, coverage, share below, minimum and count, which read whole blocks of slots the store
+keeps between looks (``BlockSums``, here of 3 slots so that a 10-slot window spans several)."""
 
 from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from gpusteward.domain.models import Metric, Sample
+from gpusteward.store.block_sums import BlockSums
 from gpusteward.store.window import WindowStore
 
 INTERVAL = 60.0
@@ -28,6 +32,7 @@ class WindowMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.store = WindowStore(SLOTS * INTERVAL, INTERVAL, metrics=(UTIL,))
+        self.store.sums = BlockSums(block_slots=3)
         self.slot = 0
         self.holder: dict[str, str | None] = dict.fromkeys(GPUS)
         self.since: dict[str, int] = dict.fromkeys(GPUS, -(10**9))
@@ -83,6 +88,27 @@ class WindowMachine(RuleBasedStateMachine):
             else:  # never at or above it: since the start of the oldest sample's interval
                 want = now_s - (min(kept) * INTERVAL - INTERVAL)
             assert math.isclose(float(got[i]), max(want, 0.0), abs_tol=1e-6), (g, got[i], want, kept)
+
+    @rule(slots=st.integers(1, SLOTS + 3), x=st.sampled_from([THRESHOLD, 0.5, 100.0]))
+    def block_aggregates_match_model(self, slots: int, x: float) -> None:
+        view = self.store.view(T0 + timedelta(seconds=self.slot * INTERVAL))
+        d = slots * INTERVAL
+        mean, cover, below = view.mean(UTIL, d), view.coverage(UTIL, d), view.fraction_below(UTIL, x, d)
+        low = view.min(UTIL, d)
+        for g in GPUS:
+            i = view.index_of(g)
+            if i is None:
+                continue
+            kept = [v for s, v in self.model[g].items() if s > self.slot - min(slots, SLOTS)]
+            assert math.isclose(float(cover[i]), len(kept) / slots), (g, cover[i], kept, slots)
+            if not kept:
+                assert all(math.isnan(a[i]) for a in (mean, below, low)), g
+                continue
+            # The ring holds float32: compare with the model's values as stored.
+            f32 = [float(np.float32(v)) for v in kept]
+            assert math.isclose(float(mean[i]), math.fsum(f32) / len(f32), rel_tol=1e-9, abs_tol=1e-9)
+            assert float(below[i]) == sum(v < x for v in f32) / len(f32), (g, below[i], kept, x)
+            assert float(low[i]) == min(f32), (g, low[i], kept)
 
     @invariant()
     def window_matches_model(self) -> None:

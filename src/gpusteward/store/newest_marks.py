@@ -57,6 +57,11 @@ class NewestMarks:
             if gpu < mark.slots.size:
                 mark.slots[gpu] = self.no_slot
 
+    @property
+    def nbytes(self) -> int:
+        """Memory the kept marks take."""
+        return sum(mark.slots.nbytes for mark in self._marks.values())
+
     def newest(self, m: Metric, x: float, lo: int, head: int, n_gpus: int, search: Search) -> IntArray:
         """Per GPU the newest slot in ``lo..head`` (the window, up to the newest slot) with a
         value >= ``x``, scanning only what changed since the last call for (m, x)."""

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.domain.models import Metric
+from gpusteward.store.block_sums import BlockSums
 from gpusteward.store.newest_marks import NewestMarks
 
 
@@ -26,6 +27,7 @@ class Rings(Protocol):
     #: the store keeps no value older than it.
     _since: npt.NDArray[np.int64]
     marks: NewestMarks
+    sums: BlockSums
 
     @property
     def uuids(self) -> tuple[str, ...]: ...

@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import Metric, Sample
+from gpusteward.store.block_sums import BlockSums
 from gpusteward.store.newest_marks import NewestMarks
 from gpusteward.store.window_view import _EPS, NO_SLOT, IntArray, WindowView
 
@@ -70,7 +71,9 @@ class WindowStore:
         # of that holder's history; a late sample from before it belongs to someone else.
         self._holders: list[str | None] = []
         self._since: IntArray = np.full(self._cap, NO_SLOT, dtype=np.int64)
-        self.marks = NewestMarks(NO_SLOT)  # told of every write and clear below
+        # What views keep between ticks, told of every write, clear and move below.
+        self.marks = NewestMarks(NO_SLOT)
+        self.sums = BlockSums()
         # The last look-up and holders applied: most ticks repeat both exactly.
         self._registered: tuple[list[str], npt.NDArray[np.intp]] = ([], np.zeros(0, dtype=np.intp))
         self._applied: dict[str, str] = {}
@@ -96,6 +99,12 @@ class WindowStore:
         return self.n_slots * np.dtype(np.float32).itemsize
 
     @property
+    def kept_bytes_per_gpu_per_metric(self) -> float:
+        """What views keep between ticks (block reductions, newest marks), per GPU and metric."""
+        cells = max(1, len(self._uuids)) * len(self.metrics)
+        return (self.sums.nbytes + self.marks.nbytes) / cells
+
+    @property
     def row_slots(self) -> IntArray:
         """The absolute slot each ring row holds (a copy)."""
         return self._slot_of_row.copy()
@@ -116,6 +125,11 @@ class WindowStore:
     def _mark(self, m: Metric, vals: npt.NDArray[np.float32]) -> None:
         if m not in self._written and not np.isnan(vals).all():
             self._written.add(m)
+
+    def _written_from(self, m: Metric, first_slot: int) -> None:
+        """Values of ``m`` are about to be written in slots from ``first_slot`` on."""
+        self.marks.written(m, first_slot)
+        self.sums.written(m, first_slot)
 
     def register(self, uuids: Iterable[str], *, remember: bool = True) -> npt.NDArray[np.intp]:
         """Indices of ``uuids``, adding the unknown ones at the end. ``remember``: this list
@@ -168,6 +182,7 @@ class WindowStore:
             ring[rows, :] = np.nan
         self._slot_of_row[rows] = slots
         self._head = slot
+        self.sums.moved_past(slot - self.n_slots + 1)
 
     def _apply_holders(self, slot: int, holders: Mapping[str, str] | None) -> None:
         last = self._applied
@@ -183,6 +198,7 @@ class WindowStore:
                     ring[:, i] = np.nan
                 self._since[i] = slot
                 self.marks.cleared(i)
+                self.sums.cleared(i)
             self._holders[i] = holder
 
     def ingest(
@@ -210,7 +226,7 @@ class WindowStore:
         kept = slots[keep]
         rows, cols, first = kept % self.n_slots, idx[keep], int(kept.min())
         for m, ring in self._rings.items():
-            self.marks.written(m, first)
+            self._written_from(m, first)
             vals = list(map(self._fields[m], batch))
             if vals.count(None) == len(vals):  # a metric the source lacks: no array to build
                 ring[rows, cols] = np.nan
@@ -237,7 +253,7 @@ class WindowStore:
             if vals.shape != (n,):
                 raise ValueError(f"{m.value}: expected shape ({n},), got {vals.shape}")
             if m in self._rings:
-                self.marks.written(m, slot)
+                self._written_from(m, slot)
                 self._rings[m][slot % self.n_slots, :n] = row = np.where(blocked, np.float32(np.nan), vals)
                 self._mark(m, row)
 

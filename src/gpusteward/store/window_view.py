@@ -12,7 +12,7 @@ import operator
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -66,7 +66,6 @@ class WindowView:
         # Never-stored metrics (health a source lacks): all NaN, so no range and no scans.
         self._blank = frozenset(m for m in self._rings if not store.holds_data(m))
         self._memo: dict[tuple[object, ...], npt.NDArray[np.generic]] = {}
-        self._suffix: dict[tuple[Metric, int], list[npt.NDArray[np.int32]]] = {}
 
     def __len__(self) -> int:
         return self.n_gpus
@@ -141,54 +140,63 @@ class WindowView:
 
     # --- reductions (memoised by the clamped slot range, not by the duration) -------------
 
-    def _missing(self, m: Metric, a: int, b: int) -> npt.NDArray[np.int32]:
-        """How many of the slots a..b (fewer than 256) each GPU lacks a value for."""
-        out = np.zeros(self.n_gpus, dtype=np.int32)
-        for r0, r1, _ in self._segments(a, b):
-            nan = np.isnan(self._rings[m][r0:r1])
-            out += np.add.reduce(nan.view(np.uint8), axis=0, dtype=np.uint8)  # no widening cast
-        return out
+    def _piece(self, m: Metric, key: tuple[str, float], a: int, b: int) -> npt.NDArray[np.generic]:
+        """Reduce the slots a..b (fewer than 256) of every GPU: present values (uint8), their
+        sum (float64), how many are below x (uint8), their minimum or maximum (float32, NaN
+        when none)."""
+        kind, x = key
+        rows = [self._rings[m][r0:r1] for r0, r1, _ in self._segments(a, b)]
+        if kind == "present":
+            nan = sum(np.add.reduce(np.isnan(r).view(np.uint8), axis=0, dtype=np.uint8) for r in rows)
+            return (b - a + 1) - np.asarray(nan, dtype=np.uint8)
+        if kind == "below":
+            return np.asarray(sum(np.add.reduce(r < x, axis=0, dtype=np.uint8) for r in rows), np.uint8)
+        if kind == "sum":
+            total = np.zeros(self.n_gpus)
+            zero, buf = np.zeros(self.n_gpus, dtype=np.float32), np.empty(self.n_gpus, dtype=np.float32)
+            for run in rows:
+                # Values are never negative and fmax ignores NaN: fmax(v, 0) is v, or 0 when missing.
+                for row in run:
+                    total += np.fmax(row, zero, out=buf)
+            return total
+        ufunc = np.fmin if kind == "fmin" else np.fmax
+        return functools.reduce(ufunc, [ufunc.reduce(r, axis=0) for r in rows])
+
+    def _reduce(self, m: Metric, key: tuple[str, float], rng: Rng) -> npt.NDArray[Any]:
+        """``_piece`` over a whole range: the blocks it covers whole as the store keeps them, the
+        partial ones at its ends from the rings, combined oldest first (so the answer is the same
+        whichever blocks were kept)."""
+        lo, hi = rng
+        sums, n = self._store.sums, self.n_gpus
+        size = sums.block_slots
+        first, last = -(-lo // size), (hi + 1) // size - 1  # the blocks inside lo..hi
+        if first > last:
+            parts = [self._piece(m, key, lo, hi)]
+        else:
+            parts = [self._piece(m, key, lo, first * size - 1)] if lo < first * size else []
+            for b in range(first, last + 1):
+                reduce = functools.partial(self._piece, m, key, b * size, (b + 1) * size - 1)
+                parts.append(sums.block(m, b, key, n, reduce))
+            if (last + 1) * size <= hi:
+                parts.append(self._piece(m, key, (last + 1) * size, hi))
+        if key[0] in ("fmin", "fmax"):
+            ufunc = np.fmin if key[0] == "fmin" else np.fmax
+            return functools.reduce(ufunc, parts).astype(np.float64)
+        total: npt.NDArray[Any] = np.zeros(self.n_gpus, dtype=np.float64 if key[0] == "sum" else np.int64)
+        for part in parts:
+            total += part
+        return total
 
     def _count(self, m: Metric, rng: Rng) -> IntArray:
-        """Present values per GPU. Every range ends at the same newest slot, so counts are
-        summed from blocks counted back from it and shared: 10 min is the start of 30."""
-
-        def run() -> IntArray:
-            lo, hi = rng
-            cum = self._suffix.setdefault((m, hi), [np.zeros(self.n_gpus, dtype=np.int32)])
-            k = hi - lo + 1
-            full = k // _BLOCK_ROWS
-            while len(cum) <= full:
-                j = len(cum)
-                cum.append(cum[-1] + self._missing(m, hi - j * _BLOCK_ROWS + 1, hi - (j - 1) * _BLOCK_ROWS))
-            missing = cum[full] + (self._missing(m, lo, hi - full * _BLOCK_ROWS) if k % _BLOCK_ROWS else 0)
-            out: IntArray = k - missing.astype(np.int64)
-            return out
-
-        return self._memoised(("count", m, rng), run)
+        """Present values per GPU."""
+        return self._memoised(("count", m, rng), lambda: self._reduce(m, ("present", 0.0), rng))
 
     def _sum(self, m: Metric, rng: Rng) -> FloatArray:
-        def run() -> FloatArray:
-            total = np.zeros(self.n_gpus, dtype=np.float32)
-            zero = np.zeros(self.n_gpus, dtype=np.float32)
-            buf = np.empty(self.n_gpus, dtype=np.float32)
-            for r0, r1, _ in self._segments(*rng):
-                # Row by row the buffer stays in cache. Values are never negative and fmax
-                # ignores NaN, so fmax(v, 0) is v when present and 0 when missing.
-                for row in self._rings[m][r0:r1]:
-                    np.fmax(row, zero, out=buf)
-                    total += buf
-            return total.astype(np.float64)
-
-        return self._memoised(("sum", m, rng), run)
+        return self._memoised(("sum", m, rng), lambda: self._reduce(m, ("sum", 0.0), rng))
 
     def _extreme(self, m: Metric, rng: Rng, ufunc: np.ufunc) -> FloatArray:
-        def run() -> FloatArray:
-            parts = [ufunc.reduce(self._rings[m][r0:r1], axis=0) for r0, r1, _ in self._segments(*rng)]
-            out: FloatArray = functools.reduce(ufunc, parts).astype(np.float64)
-            return out
-
-        return self._memoised((ufunc.__name__, m, rng), run)
+        kind = ufunc.__name__
+        return self._memoised((kind, m, rng), lambda: self._reduce(m, (kind, 0.0), rng))
 
     def _find_slot(self, m: Metric, x: float, newest: bool) -> IntArray:
         """Per GPU, the newest (or oldest) slot in the window with a value >= x, else NO_SLOT."""
@@ -281,10 +289,7 @@ class WindowView:
             return self._empty()
 
         def run() -> FloatArray:
-            below = sum(
-                np.add.reduce(self._rings[m][r0:r1] < x, axis=0, dtype=np.int64)
-                for r0, r1, _ in self._segments(*rng)
-            )
+            below = self._reduce(m, ("below", x), rng)
             count = self._count(m, rng)
             with np.errstate(invalid="ignore", divide="ignore"):
                 out: FloatArray = np.where(count > 0, below / np.maximum(count, 1), np.nan)

@@ -1,0 +1,110 @@
+"""The blocks of slots the window store keeps between ticks (``BlockSums``): a kept block gives
+the same answer, to the bit, as a store that was never looked at; a block is reduced once while
+nothing is written into it; and blocks the window moved past are let go."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from gpusteward.domain.models import Metric
+from gpusteward.store import window_view
+from gpusteward.store.window import WindowStore
+
+STEP = 10.0
+SLOTS = 180
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+UTIL = Metric.GPU_UTIL
+GPUS = 50
+
+
+def _at(slot: int) -> datetime:
+    return T0 + timedelta(seconds=slot * STEP)
+
+
+def _store(values: np.ndarray, upto: int, start: int = 0) -> WindowStore:
+    store = WindowStore(SLOTS * STEP, STEP, metrics=(UTIL,), capacity=GPUS)
+    store.register(f"g{i}" for i in range(GPUS))
+    for slot in range(start, upto + 1):
+        store.ingest_arrays(_at(slot), {UTIL: values[slot]})
+    return store
+
+
+def _answers(store: WindowStore, slot: int) -> list[np.ndarray]:
+    view = store.view(_at(slot))
+    return [
+        f(d)
+        for d in (300.0, 1800.0, 1200.0)
+        for f in (
+            lambda d: view.mean(UTIL, d),
+            lambda d: view.coverage(UTIL, d),
+            lambda d: view.fraction_below(UTIL, 5.0, d),
+            lambda d: view.min(UTIL, d),
+            lambda d: view.max(UTIL, d),
+        )
+    ]
+
+
+@pytest.fixture
+def values() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    v = rng.uniform(0, 100, size=(400, GPUS)).astype(np.float32)  # not integers: sums round
+    v[rng.random(v.shape) < 0.2] = np.nan  # missing readings
+    v[:, :5] = rng.uniform(0, 6, size=(400, 5))  # some GPUs near the threshold
+    return v
+
+
+def test_a_store_looked_at_every_tick_answers_as_one_never_looked_at(values):
+    live = _store(values, 0)
+    for slot in range(1, 400):
+        live.ingest_arrays(_at(slot), {UTIL: values[slot]})
+        got = _answers(live, slot)
+        if slot % 37 == 0:  # against a store with the same values and nothing kept
+            fresh = _answers(_store(values, slot, start=max(0, slot - SLOTS)), slot)
+            for a, b in zip(got, fresh, strict=True):
+                np.testing.assert_array_equal(a, b)  # bit for bit, NaN where NaN
+
+
+def test_a_whole_block_is_reduced_once_while_nothing_is_written_into_it(values, monkeypatch):
+    store = _store(values, 250)
+    reduced: list[tuple[int, int]] = []
+    piece = window_view.WindowView._piece
+
+    def counted(self, m, key, a, b):  # type: ignore[no-untyped-def]
+        reduced.append((a, b))
+        return piece(self, m, key, a, b)
+
+    monkeypatch.setattr(window_view.WindowView, "_piece", counted)
+    size = store.sums.block_slots
+    store.view(_at(250)).mean(UTIL, 1800.0)
+    first = [(a, b) for a, b in reduced if a % size == 0 and b - a + 1 == size]
+    assert len(first) >= SLOTS // size - 1  # every whole block of the window, once
+    reduced.clear()
+    store.ingest_arrays(_at(251), {UTIL: values[251]})
+    store.view(_at(251)).mean(UTIL, 1800.0)
+    # The next tick reads only the partial blocks at the range's two ends (twice each: present
+    # values and their sum), plus a block the new slot completed, if it did.
+    assert len(reduced) <= 2 * 3
+    assert all(b - a + 1 <= size for a, b in reduced)
+
+
+def test_a_late_sample_makes_its_block_reduced_again(values):
+    store = _store(values, 250)
+    before = store.view(_at(250)).mean(UTIL, 1800.0)
+    # GPU 0's reading of slot 200 arrives late (the others' are written again, unchanged).
+    store.ingest_arrays(_at(200), {UTIL: np.where(np.arange(GPUS) == 0, 99.0, values[200])})
+    after = store.view(_at(250)).mean(UTIL, 1800.0)
+    assert after[0] != before[0]
+    np.testing.assert_array_equal(after[1:], before[1:])
+
+
+def test_blocks_the_window_moved_past_are_let_go(values):
+    store = _store(values, 10)
+    for slot in range(11, 400):
+        store.ingest_arrays(_at(slot), {UTIL: values[slot]})
+        store.view(_at(slot)).mean(UTIL, 1800.0)
+    size = store.sums.block_slots
+    per_block = GPUS * (1 + 8)  # present values (uint8) and their sum (float64)
+    assert 0 < store.sums.nbytes <= (SLOTS // size + 1) * per_block
