@@ -321,8 +321,9 @@ class WindowView:
         def run() -> FloatArray:
             newest = self._find_slot(m, -math.inf, newest=True)
             ge = self._find_slot(m, x, newest=True)
-            never = np.flatnonzero((ge == NO_SLOT) & (newest != NO_SLOT))
-            oldest = self._search(m, -math.inf, False, never)  # only needed where none is >= x
+            # Needed only where none is >= x, but found for every GPU at once and shared with
+            # watched_s and every threshold: a gather of those columns alone cost more.
+            oldest = self._find_slot(m, -math.inf, newest=False)
             since = np.where(ge != NO_SLOT, self._slot_time(ge), self._slot_time(oldest) - self.interval_s)
             out = np.maximum(self._now_s - since, 0.0)
             out[ge == newest] = 0.0
