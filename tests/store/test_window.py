@@ -397,3 +397,19 @@ def test_prefetch_computes_the_same_values(workers: int) -> None:
     for method, m, args in calls:
         np.testing.assert_array_equal(getattr(ahead, method)(m, *args), getattr(fresh, method)(m, *args))
     np.testing.assert_array_equal(ahead.age_s(), fresh.age_s())
+
+
+def test_lookup_answers_an_equal_list_from_memory_and_never_memoises_an_unknown_gpu():
+    store = WindowStore(window_s=600, interval_s=60)
+    store.register(["a", "b", "c"])
+    first = store.lookup(["c", "a"])
+    assert first.tolist() == [2, 0]
+    assert store.lookup(["c", "a"]) is first  # an equal list (a new object): the same answer
+    with pytest.raises(ValueError, match="read-only"):
+        first[0] = 1  # shared by every caller: nobody may change it
+    assert store.lookup(["a", "z"]).tolist() == [0, -1]
+    store.register(["z"])
+    assert store.lookup(["a", "z"]).tolist() == [0, 3]  # not the -1 of before it was seen
+    view = store.view(datetime(2026, 1, 1, tzinfo=UTC))
+    store.register(["late"])  # after the view was made: not in it
+    assert view.indices_of(["late", "b"]).tolist() == [-1, 1]

@@ -22,7 +22,6 @@ class Rings(Protocol):
     window_s: float
     n_slots: int
     _rings: dict[Metric, npt.NDArray[np.float32]]
-    _index: dict[str, int]
     #: Per GPU index, the first slot of its current holder's history (NO_SLOT: never changed):
     #: the store keeps no value older than it.
     _since: npt.NDArray[np.int64]
@@ -36,6 +35,8 @@ class Rings(Protocol):
     def head_slot(self) -> int | None: ...
 
     def index_of(self, uuid: str) -> int | None: ...
+
+    def lookup(self, uuids: list[str]) -> npt.NDArray[np.intp]: ...
 
     def holds_data(self, m: Metric) -> bool: ...
 

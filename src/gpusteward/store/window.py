@@ -77,6 +77,8 @@ class WindowStore:
         # The last look-up and holders applied: most ticks repeat both exactly.
         self._registered: tuple[list[str], npt.NDArray[np.intp]] = ([], np.zeros(0, dtype=np.intp))
         self._applied: dict[str, str] = {}
+        # The last few all-known look-ups (a tick asks for the held GPUs and for the fleet).
+        self._looked_up: list[tuple[list[str], npt.NDArray[np.intp]]] = []
 
     def __len__(self) -> int:
         return len(self._uuids)
@@ -130,6 +132,25 @@ class WindowStore:
         """Values of ``m`` are about to be written in slots from ``first_slot`` on."""
         self.marks.written(m, first_slot)
         self.sums.written(m, first_slot)
+
+    def lookup(self, uuids: list[str]) -> npt.NDArray[np.intp]:
+        """Indices of ``uuids``, -1 for a GPU never registered (read-only). A uuid's index never
+        changes, so a list equal to a recent one whose GPUs were all known has its answer: the
+        comparison runs at C speed, where 100,000 dict look-ups took 5 ms a tick."""
+        for seen, idx in self._looked_up:
+            if seen == uuids:
+                return idx
+        index = self._index
+        try:  # all known: one C-level lookup for the lot
+            found = operator.itemgetter(*uuids)(index) if len(uuids) > 1 else [index[u] for u in uuids]
+        except KeyError:
+            out = np.fromiter((index.get(u, -1) for u in uuids), dtype=np.intp, count=len(uuids))
+            out.flags.writeable = False
+            return out
+        idx = np.asarray(found, dtype=np.intp).reshape(len(uuids))
+        idx.flags.writeable = False
+        self._looked_up = [(list(uuids), idx), *self._looked_up[:3]]
+        return idx
 
     def register(self, uuids: Iterable[str], *, remember: bool = True) -> npt.NDArray[np.intp]:
         """Indices of ``uuids``, adding the unknown ones at the end. ``remember``: this list

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -80,12 +79,10 @@ class WindowView:
 
     def indices_of(self, uuids: Iterable[str]) -> npt.NDArray[np.intp]:
         """View indices of ``uuids``; -1 for a GPU the store has not seen."""
-        index, uuids = self._store._index, list(uuids)
-        try:  # all known: one C-level lookup for the lot
-            found = operator.itemgetter(*uuids)(index) if len(uuids) > 1 else [index[u] for u in uuids]
-            idx = np.asarray(found, dtype=np.intp).reshape(len(uuids))
-        except KeyError:
-            idx = np.fromiter((index.get(u, -1) for u in uuids), dtype=np.intp, count=len(uuids))
+        idx = self._store.lookup(list(uuids))
+        if idx.size and idx.max() < self.n_gpus:
+            return idx  # read-only, shared with the store's memo
+        idx = idx.copy()
         idx[idx >= self.n_gpus] = -1
         return idx
 
