@@ -16,30 +16,27 @@ from __future__ import annotations
 
 import gc
 import itertools
-import math
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import numpy as np
 import numpy.typing as npt
 
-from gpusteward.analysis.aggregates import Aggregate, EvalContext, FloatArray
-from gpusteward.analysis.class_memo import MEMO
+from gpusteward.analysis.aggregates import Aggregate, EvalContext
+from gpusteward.analysis.holdings import Holdings, PerRule
 from gpusteward.analysis.inputs import GapHistory, make_inputs
 from gpusteward.analysis.messages import Columns, messages
 from gpusteward.analysis.rules import CompiledRule
-from gpusteward.domain.classes import CLASSES, workload_class
+from gpusteward.domain.classes import CLASSES
 from gpusteward.domain.models import (
     HEALTH_METRICS,
     Finding,
     Gpu,
     Metric,
-    Owner,
     RuleAction,
     Workload,
-    WorkloadKind,
 )
 from gpusteward.store.window import WindowView
 
@@ -75,125 +72,6 @@ class AnalysisResult:
     unjudged: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
-class _Holdings:
-    """The (workload, GPU) pairs every rule is evaluated over, grouped by workload: group ``g``
-    is held by ``workloads[g]`` (``per_gpu``: one group per GPU and holder)."""
-
-    def __init__(self, inp: AnalysisInput) -> None:
-        self.workloads = list(inp.workloads)
-        # A workload's gpu_uuids are unique (sources guarantee it); a duplicate would only
-        # be listed twice in a finding, never change what trips.
-        per = [w.gpu_uuids for w in self.workloads]
-        sizes = np.fromiter(map(len, per), dtype=np.intp, count=len(per))
-        self.uuids: list[str] = list(itertools.chain.from_iterable(per))
-        self.group = np.repeat(np.arange(len(per), dtype=np.intp), sizes)
-        self.group_size: FloatArray = sizes.astype(np.float64)
-        self.gpu_index = inp.view.indices_of(self.uuids)
-        self.gpus, self.now = inp.gpus, inp.now
-        #: Whether a group holding all its workload's GPUs lists exactly ``gpu_uuids``.
-        self.whole_workloads = True
-        self._classes: npt.NDArray[np.intp] | None = None
-        self._group_codes: Callable[[], npt.NDArray[np.intp]] = self._workload_codes
-
-    def _workload_codes(self) -> npt.NDArray[np.intp]:
-        return MEMO.codes(self.workloads)
-
-    def per_gpu(self, inp: AnalysisInput) -> _Holdings:
-        """Every GPU of ``inp.gpus`` once per holder (holders in workload order), a free one
-        once with a holder of id ``""``. Built from these holdings' arrays: no per-GPU objects."""
-        gpus = list(inp.gpus)
-        gidx = inp.view.indices_of(gpus)
-        if gidx.size and gidx.min() >= 0 and (self.gpu_index.size == 0 or self.gpu_index.min() >= 0):
-            # Every GPU is in the store, whose rows are unique per uuid: key them by row.
-            pos = np.full(inp.view.n_gpus, -1, dtype=np.intp)
-            pos[gidx] = np.arange(len(gpus), dtype=np.intp)
-            at = pos[self.gpu_index]
-        else:
-            where = {u: i for i, u in enumerate(gpus)}
-            at = np.fromiter(map(where.get, self.uuids, itertools.repeat(-1)), np.intp, len(self.uuids))
-        held = at >= 0
-        free = np.ones(len(gpus), dtype=np.bool_)
-        free[at[held]] = False
-        free_at = np.flatnonzero(free)
-        gpu_at = np.concatenate((at[held], free_at))
-        order = np.argsort(gpu_at, kind="stable")  # keeps each GPU's holders in workload order
-        holder = np.concatenate((self.group[held], np.full(free_at.size, len(self.workloads), np.intp)))
-        gpu_at, holder = gpu_at[order], holder[order]
-        nobody = Workload("", WorkloadKind.PROCESS, "", Owner(""), 0, (), inp.now)
-        holders = [*self.workloads, nobody]
-        out = object.__new__(_Holdings)
-        out.workloads = list(map(holders.__getitem__, holder.tolist()))
-        out.uuids = list(map(gpus.__getitem__, gpu_at.tolist()))
-        out.group = np.arange(len(out.uuids), dtype=np.intp)
-        out.group_size = np.ones(len(out.uuids), dtype=np.float64)
-        out.gpu_index = gidx[gpu_at]
-        out.gpus, out.now, out.whole_workloads, out._classes = inp.gpus, inp.now, False, None
-
-        def codes() -> npt.NDArray[np.intp]:
-            return np.append(self._group_codes(), CLASSES.index(workload_class(nobody)))[holder]
-
-        out._group_codes = codes
-        return out
-
-    def class_codes(self) -> npt.NDArray[np.intp]:
-        """Per holding, the index in ``CLASSES`` of its workload's class (computed once)."""
-        if self._classes is None:
-            self._classes = self._group_codes()[self.group]
-        return self._classes
-
-    def _per_gpu(self, field: str) -> FloatArray:
-        gpus = self.gpus
-        return np.fromiter(
-            (getattr(gpus[u], field) if u in gpus else math.nan for u in self.uuids),
-            dtype=np.float64,
-            count=len(self.uuids),
-        )
-
-    def _per_workload(self, values: list[float]) -> FloatArray:
-        out: FloatArray = np.asarray(values, dtype=np.float64)[self.group]
-        return out
-
-    def attributes(self) -> dict[str, Callable[[], FloatArray]]:
-        ws = self.workloads
-        return {
-            "memory_total_mib": lambda: self._per_gpu("memory_total_mib"),
-            "price_per_hour": lambda: self._per_gpu("price_per_hour"),
-            "gpus_requested": lambda: self._per_workload([float(w.gpus_requested) for w in ws]),
-            "gpus_held": lambda: self.group_size[self.group],
-            "age_minutes": lambda: self._per_workload(
-                [(self.now - w.started_at).total_seconds() / 60.0 for w in ws]
-            ),
-        }
-
-    def group_all(self, mask: BoolArray) -> BoolArray:
-        """Per workload: whether ``mask`` holds for every GPU it holds."""
-        counts = np.bincount(self.group, weights=mask, minlength=len(self.workloads))
-        out: BoolArray = counts >= self.group_size
-        return out
-
-    def ids(self, groups: npt.NDArray[np.intp]) -> frozenset[str]:
-        ws = self.workloads
-        return frozenset(ws[g].id for g in groups.tolist())
-
-
-class _PerRule(Mapping[str, frozenset[str]]):
-    """Rule name -> workload ids, built on first access: most ticks never ask."""
-
-    def __init__(self, masks: dict[str, BoolArray], h: _Holdings) -> None:
-        self._masks, self._h, self._sets = masks, h, dict[str, frozenset[str]]()
-
-    def __getitem__(self, rule: str) -> frozenset[str]:
-        if rule not in self._sets:
-            self._sets[rule] = self._h.ids(np.flatnonzero(self._masks[rule]))
-        return self._sets[rule]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._masks)
-
-    def __len__(self) -> int:
-        return len(self._masks)
-
-
 def _judged(rule: CompiledRule, ctx: EvalContext, fresh: BoolArray) -> BoolArray:
     """Holdings with fresh data covering enough of the rule's window for every metric it reads."""
     ok = fresh.copy()
@@ -206,7 +84,7 @@ def _judged(rule: CompiledRule, ctx: EvalContext, fresh: BoolArray) -> BoolArray
 
 
 def _trips(
-    rule: CompiledRule, ctx: EvalContext, h: _Holdings, fresh: BoolArray
+    rule: CompiledRule, ctx: EvalContext, h: Holdings, fresh: BoolArray
 ) -> tuple[BoolArray, BoolArray]:
     """Which holdings trip the rule, and which workloads it judged on every GPU."""
     judged = _judged(rule, ctx, fresh)
@@ -231,7 +109,7 @@ def _group_bounds(groups: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
     return np.concatenate(([0], change, [groups.size])).astype(np.intp)
 
 
-def _findings(rule: CompiledRule, ctx: EvalContext, h: _Holdings, trip: BoolArray) -> list[Finding]:
+def _findings(rule: CompiledRule, ctx: EvalContext, h: Holdings, trip: BoolArray) -> list[Finding]:
     """One finding per workload with tripping holdings. Numbers are computed in numpy and
     every per-finding value column by column, so the Python work per finding is small."""
     tp = np.flatnonzero(trip)
@@ -351,7 +229,7 @@ def _view_calls(
     return [(c[0], m, c[1]) for c, m in calls if c is not None]
 
 
-def _context(inp: AnalysisInput, h: _Holdings) -> tuple[EvalContext, BoolArray]:
+def _context(inp: AnalysisInput, h: Holdings) -> tuple[EvalContext, BoolArray]:
     hook = make_inputs(h.workloads, h.group, h.class_codes, inp.history, inp.now)
     ctx = EvalContext(inp.view, h.gpu_index, h.group, h.group_size, h.attributes(), hook)
     age = inp.view.age_s()
@@ -361,12 +239,12 @@ def _context(inp: AnalysisInput, h: _Holdings) -> tuple[EvalContext, BoolArray]:
     return ctx, fresh
 
 
-def _repair(rules: Sequence[CompiledRule], inp: AnalysisInput, held: _Holdings) -> list[Finding]:
+def _repair(rules: Sequence[CompiledRule], inp: AnalysisInput, held: Holdings) -> list[Finding]:
     """Repair rules judge every GPU once per holder, free ones once with a holder of id
     ``""`` (reported as None): a failed GPU matters whether or not anyone holds it."""
     if not rules:
         return []
-    h = held.per_gpu(inp)
+    h = held.per_gpu(inp.view)
     ctx, fresh = _context(inp, h)
     out: list[Finding] = []
     for rule in rules:
@@ -379,7 +257,7 @@ def _repair(rules: Sequence[CompiledRule], inp: AnalysisInput, held: _Holdings) 
 
 def _analyse(rules: Sequence[CompiledRule], inp: AnalysisInput) -> AnalysisResult:
     inp.view.prefetch(_view_calls(rules, inp.view), workers=min(4, os.cpu_count() or 1))
-    h = _Holdings(inp)
+    h = Holdings(inp.view, inp.gpus, inp.workloads, inp.now)
     ctx, fresh = _context(inp, h)
     stale = frozenset(h.uuids[i] for i in np.flatnonzero(~fresh).tolist())
     unknown = h.ids(np.flatnonzero(~h.group_all(fresh)))
@@ -395,5 +273,5 @@ def _analyse(rules: Sequence[CompiledRule], inp: AnalysisInput) -> AnalysisResul
         unjudged[rule.name] = ~all_judged
     findings.sort(key=lambda f: (f.rule, f.workload_id or "", f.gpu_uuids))
     return AnalysisResult(
-        tuple(findings), stale_gpus=stale, unknown_workloads=unknown, unjudged=_PerRule(unjudged, h)
+        tuple(findings), stale_gpus=stale, unknown_workloads=unknown, unjudged=PerRule(unjudged, h)
     )

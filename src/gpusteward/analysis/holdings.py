@@ -1,0 +1,143 @@
+"""The holdings a tick's rules are evaluated over: one element per GPU of each workload, grouped
+by workload (``Holdings``), or one per GPU and holder for the repair rules (``per_gpu``), built
+from arrays rather than per-GPU objects; and the per-rule map of workloads a rule could not
+judge, built only when asked (``PerRule``)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
+
+import numpy as np
+import numpy.typing as npt
+
+from gpusteward.analysis.aggregates import FloatArray
+from gpusteward.analysis.class_memo import MEMO
+from gpusteward.domain.classes import CLASSES, workload_class
+from gpusteward.domain.models import Gpu, Owner, Workload, WorkloadKind
+from gpusteward.store.window import WindowView
+
+BoolArray = npt.NDArray[np.bool_]
+
+
+class Holdings:
+    """The (workload, GPU) pairs every rule is evaluated over, grouped by workload: group ``g``
+    is held by ``workloads[g]`` (``per_gpu``: one group per GPU and holder)."""
+
+    def __init__(
+        self, view: WindowView, gpus: Mapping[str, Gpu], workloads: Sequence[Workload], now: datetime
+    ) -> None:
+        self.workloads = list(workloads)
+        # A workload's gpu_uuids are unique (sources guarantee it); a duplicate would only
+        # be listed twice in a finding, never change what trips.
+        per = [w.gpu_uuids for w in self.workloads]
+        sizes = np.fromiter(map(len, per), dtype=np.intp, count=len(per))
+        self.uuids: list[str] = list(itertools.chain.from_iterable(per))
+        self.group = np.repeat(np.arange(len(per), dtype=np.intp), sizes)
+        self.group_size: FloatArray = sizes.astype(np.float64)
+        self.gpu_index = view.indices_of(self.uuids)
+        self.gpus, self.now = gpus, now
+        #: Whether a group holding all its workload's GPUs lists exactly ``gpu_uuids``.
+        self.whole_workloads = True
+        self._classes: npt.NDArray[np.intp] | None = None
+        self._group_codes: Callable[[], npt.NDArray[np.intp]] = self._workload_codes
+
+    def _workload_codes(self) -> npt.NDArray[np.intp]:
+        return MEMO.codes(self.workloads)
+
+    def per_gpu(self, view: WindowView) -> Holdings:
+        """Every GPU of ``gpus`` once per holder (holders in workload order), a free one
+        once with a holder of id ``""``. Built from these holdings' arrays: no per-GPU objects."""
+        gpus = list(self.gpus)
+        gidx = view.indices_of(gpus)
+        if gidx.size and gidx.min() >= 0 and (self.gpu_index.size == 0 or self.gpu_index.min() >= 0):
+            # Every GPU is in the store, whose rows are unique per uuid: key them by row.
+            pos = np.full(view.n_gpus, -1, dtype=np.intp)
+            pos[gidx] = np.arange(len(gpus), dtype=np.intp)
+            at = pos[self.gpu_index]
+        else:
+            where = {u: i for i, u in enumerate(gpus)}
+            at = np.fromiter(map(where.get, self.uuids, itertools.repeat(-1)), np.intp, len(self.uuids))
+        held = at >= 0
+        free = np.ones(len(gpus), dtype=np.bool_)
+        free[at[held]] = False
+        free_at = np.flatnonzero(free)
+        gpu_at = np.concatenate((at[held], free_at))
+        order = np.argsort(gpu_at, kind="stable")  # keeps each GPU's holders in workload order
+        holder = np.concatenate((self.group[held], np.full(free_at.size, len(self.workloads), np.intp)))
+        gpu_at, holder = gpu_at[order], holder[order]
+        nobody = Workload("", WorkloadKind.PROCESS, "", Owner(""), 0, (), self.now)
+        holders = [*self.workloads, nobody]
+        out = object.__new__(Holdings)
+        out.workloads = list(map(holders.__getitem__, holder.tolist()))
+        out.uuids = list(map(gpus.__getitem__, gpu_at.tolist()))
+        out.group = np.arange(len(out.uuids), dtype=np.intp)
+        out.group_size = np.ones(len(out.uuids), dtype=np.float64)
+        out.gpu_index = gidx[gpu_at]
+        out.gpus, out.now, out.whole_workloads, out._classes = self.gpus, self.now, False, None
+
+        def codes() -> npt.NDArray[np.intp]:
+            return np.append(self._group_codes(), CLASSES.index(workload_class(nobody)))[holder]
+
+        out._group_codes = codes
+        return out
+
+    def class_codes(self) -> npt.NDArray[np.intp]:
+        """Per holding, the index in ``CLASSES`` of its workload's class (computed once)."""
+        if self._classes is None:
+            self._classes = self._group_codes()[self.group]
+        return self._classes
+
+    def _per_gpu(self, field: str) -> FloatArray:
+        gpus = self.gpus
+        return np.fromiter(
+            (getattr(gpus[u], field) if u in gpus else math.nan for u in self.uuids),
+            dtype=np.float64,
+            count=len(self.uuids),
+        )
+
+    def _per_workload(self, values: list[float]) -> FloatArray:
+        out: FloatArray = np.asarray(values, dtype=np.float64)[self.group]
+        return out
+
+    def attributes(self) -> dict[str, Callable[[], FloatArray]]:
+        ws = self.workloads
+        return {
+            "memory_total_mib": lambda: self._per_gpu("memory_total_mib"),
+            "price_per_hour": lambda: self._per_gpu("price_per_hour"),
+            "gpus_requested": lambda: self._per_workload([float(w.gpus_requested) for w in ws]),
+            "gpus_held": lambda: self.group_size[self.group],
+            "age_minutes": lambda: self._per_workload(
+                [(self.now - w.started_at).total_seconds() / 60.0 for w in ws]
+            ),
+        }
+
+    def group_all(self, mask: BoolArray) -> BoolArray:
+        """Per workload: whether ``mask`` holds for every GPU it holds."""
+        counts = np.bincount(self.group, weights=mask, minlength=len(self.workloads))
+        out: BoolArray = counts >= self.group_size
+        return out
+
+    def ids(self, groups: npt.NDArray[np.intp]) -> frozenset[str]:
+        ws = self.workloads
+        return frozenset(ws[g].id for g in groups.tolist())
+
+
+class PerRule(Mapping[str, frozenset[str]]):
+    """Rule name -> workload ids, built on first access: most ticks never ask."""
+
+    def __init__(self, masks: dict[str, BoolArray], h: Holdings) -> None:
+        self._masks, self._h, self._sets = masks, h, dict[str, frozenset[str]]()
+
+    def __getitem__(self, rule: str) -> frozenset[str]:
+        if rule not in self._sets:
+            self._sets[rule] = self._h.ids(np.flatnonzero(self._masks[rule]))
+        return self._sets[rule]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._masks)
+
+    def __len__(self) -> int:
+        return len(self._masks)
