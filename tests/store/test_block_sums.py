@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from gpusteward.domain.models import Metric
+from gpusteward.domain.models import Metric, Sample
 from gpusteward.store import window_view
 from gpusteward.store.window import WindowStore
 
@@ -108,3 +108,13 @@ def test_blocks_the_window_moved_past_are_let_go(values):
     size = store.sums.block_slots
     per_block = GPUS * (1 + 8)  # present values (uint8) and their sum (float64)
     assert 0 < store.sums.nbytes <= (SLOTS // size + 1) * per_block
+
+
+def test_a_view_made_before_an_ingest_keeps_nothing_for_later_views(values):
+    store = _store(values, 250)
+    stale = store.view(_at(250))
+    # A GPU first seen now, with a late reading in a block the stale view will reduce whole.
+    store.ingest(_at(250), [Sample("late-gpu", _at(200), gpu_util_pct=42.0)])
+    stale.mean(UTIL, 1800.0)  # reads the live rings with the GPUs it was made with
+    fresh = store.view(_at(250)).mean(UTIL, 1800.0)
+    assert fresh[store.index_of("late-gpu")] == 42.0

@@ -40,9 +40,12 @@ class BlockSums:
         self.block_slots = block_slots
         # metric -> block -> (kind, x) -> per GPU, as long as the GPUs were when it was reduced
         self._blocks: dict[Metric, dict[int, dict[Key, npt.NDArray[np.generic]]]] = {}
+        #: Moves on with every change the store reports: a view made before it keeps nothing.
+        self.generation = 0
 
     def written(self, m: Metric, first_slot: int) -> None:
         """Values of ``m`` (NaN too) were written in slots from ``first_slot`` on."""
+        self.generation += 1
         blocks = self._blocks.get(m)
         if blocks:
             first = first_slot // self.block_slots
@@ -51,6 +54,7 @@ class BlockSums:
 
     def moved_past(self, oldest_slot: int) -> None:
         """The rings no longer hold the slots before ``oldest_slot``: their blocks go."""
+        self.generation += 1
         first = -(-oldest_slot // self.block_slots)  # the first block that starts in the rings
         for blocks in self._blocks.values():
             for b in [b for b in blocks if b < first]:
@@ -58,15 +62,22 @@ class BlockSums:
 
     def cleared(self, gpu: int) -> None:
         """GPU ``gpu``'s history was emptied (a new holder): its column is an empty block's."""
+        self.generation += 1
         for blocks in self._blocks.values():
             for kept in blocks.values():
                 for (kind, _), arr in kept.items():
                     if gpu < arr.size:
                         arr[gpu] = _EMPTY[kind]
 
-    def block(self, m: Metric, b: int, key: Key, n_gpus: int, compute: Compute) -> npt.NDArray[np.generic]:
+    def block(
+        self, m: Metric, b: int, key: Key, n_gpus: int, compute: Compute, generation: int
+    ) -> npt.NDArray[np.generic]:
         """Block ``b``'s reduction ``key`` of ``m`` over ``n_gpus`` GPUs, reduced by ``compute`` on
-        first use. GPUs registered since it was kept never held a value in it: empty."""
+        first use. GPUs registered since it was kept never held a value in it: empty. A view
+        made before the store's last change (``generation``) may miss GPUs and values written
+        since: what it reduces is used once, never kept."""
+        if generation != self.generation:
+            return compute()
         kept = self._blocks.setdefault(m, {}).setdefault(b, {})
         arr = kept.get(key)
         if arr is None:

@@ -65,6 +65,7 @@ class WindowView:
         # Never-stored metrics (health a source lacks): all NaN, so no range and no scans.
         self._blank = frozenset(m for m in self._rings if not store.holds_data(m))
         self._memo: dict[tuple[object, ...], npt.NDArray[np.generic]] = {}
+        self._generation = store.sums.generation  # the store as this view was made
 
     def __len__(self) -> int:
         return self.n_gpus
@@ -78,7 +79,7 @@ class WindowView:
         return i if i is not None and i < self.n_gpus else None
 
     def indices_of(self, uuids: Iterable[str]) -> npt.NDArray[np.intp]:
-        """View indices of ``uuids``; -1 for a GPU the store has not seen."""
+        """View indices of ``uuids``; -1 for a GPU the store has not seen (read-only)."""
         idx = self._store.lookup(list(uuids))
         if idx.size and idx.max() < self.n_gpus:
             return idx  # read-only, shared with the store's memo
@@ -173,7 +174,7 @@ class WindowView:
             parts = [self._piece(m, key, lo, first * size - 1)] if lo < first * size else []
             for b in range(first, last + 1):
                 reduce = functools.partial(self._piece, m, key, b * size, (b + 1) * size - 1)
-                parts.append(sums.block(m, b, key, n, reduce))
+                parts.append(sums.block(m, b, key, n, reduce, self._generation))
             if (last + 1) * size <= hi:
                 parts.append(self._piece(m, key, (last + 1) * size, hi))
         if key[0] in ("fmin", "fmax"):
