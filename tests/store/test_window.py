@@ -413,3 +413,22 @@ def test_lookup_answers_an_equal_list_from_memory_and_never_memoises_an_unknown_
     view = store.view(datetime(2026, 1, 1, tzinfo=UTC))
     store.register(["late"])  # after the view was made: not in it
     assert view.indices_of(["late", "b"]).tolist() == [-1, 1]
+
+
+def test_gpus_changing_hands_in_one_ingest_all_lose_their_history_and_only_theirs():
+    store = WindowStore(window_s=600, interval_s=60, metrics=(Metric.GPU_UTIL, Metric.MEM_USED))
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    gpus = ["a", "b", "c"]
+    store.ingest(t0, [Sample(g, t0, gpu_util_pct=50.0) for g in gpus], dict.fromkeys(gpus, "w1"))
+    t1 = t0 + timedelta(minutes=1)
+    # a and b change hands at once (one batch of clears); c keeps its holder.
+    store.ingest(
+        t1,
+        [Sample(g, t1, gpu_util_pct=10.0, mem_used_mib=5.0) for g in gpus],
+        {"a": "w2", "b": "w3", "c": "w1"},
+    )
+    view = store.view(t1)
+    count = view.coverage(Metric.GPU_UTIL, 600) * 10
+    assert [round(float(count[view.index_of(g)])) for g in gpus] == [1, 1, 2]
+    mem = view.coverage(Metric.MEM_USED, 600) * 10  # never written before the change: only t1
+    assert [round(float(mem[view.index_of(g)])) for g in gpus] == [1, 1, 1]

@@ -211,16 +211,21 @@ class WindowStore:
             return
         changed = {u: h for u, h in holders.items() if last.get(u) != h}  # only these can clear
         self._applied = dict(holders)
+        cleared: list[int] = []
         for i, holder in zip(self.register(changed, remember=False).tolist(), changed.values(), strict=True):
             prev = self._holders[i]
             if prev is not None and prev != holder:
-                # The window is the current holder's history only.
-                for ring in self._rings.values():
-                    ring[:, i] = np.nan
-                self._since[i] = slot
+                cleared.append(i)
                 self.marks.cleared(i)
                 self.sums.cleared(i)
             self._holders[i] = holder
+        if cleared:
+            # The window is the current holder's history only. One write per metric for all of
+            # them; a ring never written is all NaN already (the health readings a source lacks).
+            for m, ring in self._rings.items():
+                if m in self._written:
+                    ring[:, cleared] = np.nan
+            self._since[cleared] = slot
 
     def ingest(
         self, at: datetime, samples: Iterable[Sample], holders: Mapping[str, str] | None = None
