@@ -60,14 +60,14 @@ class BlockSums:
             for b in [b for b in blocks if b < first]:
                 del blocks[b]
 
-    def cleared(self, gpu: int) -> None:
-        """GPU ``gpu``'s history was emptied (a new holder): its column is an empty block's."""
+    def cleared(self, gpus: list[int]) -> None:
+        """These GPUs' histories were emptied (new holders): their columns are an empty block's."""
         self.generation += 1
+        picked = np.asarray(gpus, dtype=np.intp)
         for blocks in self._blocks.values():
             for kept in blocks.values():
                 for (kind, _), arr in kept.items():
-                    if gpu < arr.size:
-                        arr[gpu] = _EMPTY[kind]
+                    arr[picked[picked < arr.size]] = _EMPTY[kind]
 
     def block(
         self, m: Metric, b: int, key: Key, n_gpus: int, compute: Compute, generation: int

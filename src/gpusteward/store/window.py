@@ -217,7 +217,6 @@ class WindowStore:
             if prev is not None and prev != holder:
                 cleared.append(i)
                 self.marks.cleared(i)
-                self.sums.cleared(i)
             self._holders[i] = holder
         if cleared:
             # The window is the current holder's history only. One write per metric for all of
@@ -226,6 +225,7 @@ class WindowStore:
                 if m in self._written:
                     ring[:, cleared] = np.nan
             self._since[cleared] = slot
+            self.sums.cleared(cleared)
 
     def ingest(
         self, at: datetime, samples: Iterable[Sample], holders: Mapping[str, str] | None = None
