@@ -8,9 +8,10 @@ of it is written. A range is then the blocks it covers whole, read from here, pl
 two partial blocks at its ends, read from the rings: about 1/10 of the rows a tick read before.
 
 Exact, not an estimate: the store tells this of every write (the blocks from the first slot
-written on are forgotten) and of every GPU whose history it empties (its column becomes an empty
-block's). Counts are exact integers, sums are float64 over float32 values, so a range's answer
-depends only on the values and the range, never on which blocks happened to be kept.
+written on are forgotten), of every GPU whose history it empties (its column becomes an empty
+block's) and of the window moving on (the blocks it left go). Counts are exact integers, sums are
+float64 over float32 values, so a range's answer depends only on the values and the range, never
+on which blocks happened to be kept.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ Key = tuple[str, float]
 Compute = Callable[[], npt.NDArray[np.generic]]
 #: What a block of only missing values reduces to, per kind (a new or emptied GPU's column).
 _EMPTY: dict[str, float] = {"present": 0, "sum": 0.0, "below": 0, "fmin": np.nan, "fmax": np.nan}
-#: More distinct (kind, threshold) pairs per metric than this and the metric's blocks are forgotten.
+#: More distinct (kind, threshold) pairs in one block than this and that block's are forgotten
+#: (rules ask for a handful).
 MAX_KEYS = 32
 
 
