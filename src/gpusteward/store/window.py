@@ -74,10 +74,10 @@ class WindowStore:
         # What views keep between ticks, told of every write, clear and move below.
         self.marks = NewestMarks(NO_SLOT)
         self.sums = BlockSums()
-        # The last look-up and holders applied: most ticks repeat both exactly.
-        self._registered: tuple[list[str], npt.NDArray[np.intp]] = ([], np.zeros(0, dtype=np.intp))
+        # The holders applied last: most ticks repeat them exactly.
         self._applied: dict[str, str] = {}
-        # The last few all-known look-ups (a tick asks for the held GPUs and for the fleet).
+        # The last few all-known look-ups (the source's fleet at ingest, the held GPUs and the
+        # fleet at analysis): most ticks repeat them exactly.
         self._looked_up: list[tuple[list[str], npt.NDArray[np.intp]]] = []
 
     def __len__(self) -> int:
@@ -133,40 +133,41 @@ class WindowStore:
         self.marks.written(m, first_slot)
         self.sums.written(m, first_slot)
 
-    def lookup(self, uuids: list[str]) -> npt.NDArray[np.intp]:
-        """Indices of ``uuids``, -1 for a GPU never registered (read-only). A uuid's index never
-        changes, so a list equal to a recent one whose GPUs were all known has its answer: the
-        comparison runs at C speed, where 100,000 dict look-ups took 5 ms a tick."""
+    def _known(self, uuids: list[str], remember: bool) -> npt.NDArray[np.intp] | None:
+        """Indices of ``uuids`` if every one is registered (read-only), else None. A uuid's index
+        never changes, so a list equal to a recent one has its answer: the comparison runs at C
+        speed, where 100,000 dict look-ups took 5 ms a tick. ``remember``: keep this answer."""
         for seen, idx in self._looked_up:
             if seen == uuids:
                 return idx
         index = self._index
-        try:  # all known: one C-level lookup for the lot
+        try:  # one C-level lookup for the lot
             found = operator.itemgetter(*uuids)(index) if len(uuids) > 1 else [index[u] for u in uuids]
         except KeyError:
-            out = np.fromiter((index.get(u, -1) for u in uuids), dtype=np.intp, count=len(uuids))
-            out.flags.writeable = False
-            return out
+            return None
         idx = np.asarray(found, dtype=np.intp).reshape(len(uuids))
         idx.flags.writeable = False
-        self._looked_up = [(list(uuids), idx), *self._looked_up[:3]]
+        if remember:
+            self._looked_up = [(uuids, idx), *self._looked_up[:3]]
+        return idx
+
+    def lookup(self, uuids: list[str]) -> npt.NDArray[np.intp]:
+        """Indices of ``uuids``, -1 for a GPU never registered (read-only)."""
+        uuids = list(uuids)
+        idx = self._known(uuids, remember=True)
+        if idx is None:
+            index = self._index
+            idx = np.fromiter((index.get(u, -1) for u in uuids), dtype=np.intp, count=len(uuids))
+            idx.flags.writeable = False
         return idx
 
     def register(self, uuids: Iterable[str], *, remember: bool = True) -> npt.NDArray[np.intp]:
         """Indices of ``uuids``, adding the unknown ones at the end. ``remember``: this list
         is likely to come again (the whole fleet, in the source's order)."""
         uuids = list(uuids)
-        if uuids == self._registered[0]:  # a source lists its GPUs in the same order each tick
-            return self._registered[1]
-        if len(uuids) > 1:  # every tick registers GPUs it mostly knows: one C-level look-up
-            try:
-                idx = np.asarray(operator.itemgetter(*uuids)(self._index), dtype=np.intp)
-                idx.flags.writeable = False
-                if remember:
-                    self._registered = (uuids, idx)
-                return idx
-            except KeyError:
-                pass
+        known = self._known(uuids, remember)
+        if known is not None:
+            return known
         out: list[int] = []
         for u in uuids:
             i = self._index.get(u)
