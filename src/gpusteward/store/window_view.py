@@ -39,6 +39,8 @@ _FAMILY |= {"last": "scan", "below_for_s": "scan", "watched_s": "scan", "slope":
 #: Below this many GPUs the aggregates are computed on the calling thread.
 _THREADS_FROM_GPUS = 20_000
 _FAMILY_COST = {"count": 3, "scan": 2, "slope": 2, "fmin": 1, "fmax": 1}
+#: The extremes' reductions by kind; NaN is skipped, so a GPU without a value has NaN.
+_EXTREMES: dict[str, np.ufunc] = {"fmin": np.fmin, "fmax": np.fmax}
 
 
 class WindowView:
@@ -157,7 +159,7 @@ class WindowView:
                 for row in run:
                     total += np.fmax(row, zero, out=buf)
             return total
-        ufunc = np.fmin if kind == "fmin" else np.fmax
+        ufunc = _EXTREMES[kind]
         return functools.reduce(ufunc, [ufunc.reduce(r, axis=0) for r in rows])
 
     def _reduce(self, m: Metric, key: tuple[str, float], rng: Rng) -> npt.NDArray[Any]:
@@ -177,9 +179,8 @@ class WindowView:
                 parts.append(sums.block(m, b, key, n, reduce, self._generation))
             if (last + 1) * size <= hi:
                 parts.append(self._piece(m, key, (last + 1) * size, hi))
-        if key[0] in ("fmin", "fmax"):
-            ufunc = np.fmin if key[0] == "fmin" else np.fmax
-            return functools.reduce(ufunc, parts).astype(np.float64)
+        if key[0] in _EXTREMES:
+            return functools.reduce(_EXTREMES[key[0]], parts).astype(np.float64)
         total: npt.NDArray[Any] = np.zeros(self.n_gpus, dtype=np.float64 if key[0] == "sum" else np.int64)
         for part in parts:
             total += part
@@ -192,8 +193,7 @@ class WindowView:
     def _sum(self, m: Metric, rng: Rng) -> FloatArray:
         return self._memoised(("sum", m, rng), lambda: self._reduce(m, ("sum", 0.0), rng))
 
-    def _extreme(self, m: Metric, rng: Rng, ufunc: np.ufunc) -> FloatArray:
-        kind = ufunc.__name__
+    def _extreme(self, m: Metric, rng: Rng, kind: str) -> FloatArray:
         return self._memoised((kind, m, rng), lambda: self._reduce(m, (kind, 0.0), rng))
 
     def _find_slot(self, m: Metric, x: float, newest: bool) -> IntArray:
@@ -264,11 +264,11 @@ class WindowView:
 
     def min(self, m: Metric, duration_s: float) -> FloatArray:
         rng = self._range(m, duration_s)
-        return self._empty() if rng is None else self._extreme(m, rng, np.fmin)
+        return self._empty() if rng is None else self._extreme(m, rng, "fmin")
 
     def max(self, m: Metric, duration_s: float) -> FloatArray:
         rng = self._range(m, duration_s)
-        return self._empty() if rng is None else self._extreme(m, rng, np.fmax)
+        return self._empty() if rng is None else self._extreme(m, rng, "fmax")
 
     def coverage(self, m: Metric, duration_s: float) -> FloatArray:
         """Share of the slots in the last ``duration_s`` that hold data, 0..1. The whole
