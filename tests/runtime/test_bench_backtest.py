@@ -16,7 +16,14 @@ def test_bench_runs_and_reports_both_passes(load_bench, capsys: pytest.CaptureFi
     assert size["gpus"] == 16
     assert size["sim_gpu_hours"] == 16 * 6
     assert size["samples"] > 0
-    for key in ("replay_gpu_hours_per_s", "backtest_gpu_hours_per_s", "ratio", "stops", "regrets"):
+    for key in (
+        "replay_gpu_hours_per_s",
+        "backtest_gpu_hours_per_s",
+        "ratio",
+        "stops",
+        "regrets",
+        "replay_rows_s",
+    ):
         assert key in size
     # The throughput share is the inverse of the cost ratio (both rounded).
     assert size["backtest_over_replay"] == pytest.approx(1 / size["ratio"], rel=0.05)

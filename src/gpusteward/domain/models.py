@@ -6,7 +6,7 @@ Everything here is a frozen value. Units are in the field names (``_pct``, ``_mi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import IntEnum, StrEnum
@@ -177,7 +177,8 @@ class Observation:
 
     at: datetime
     gpus: tuple[Gpu, ...]
-    samples: tuple[Sample, ...]
+    #: A tuple, or a ``domain.sample_table.SampleTable`` from a source that reads arrays.
+    samples: Sequence[Sample]
     workloads: tuple[Workload, ...]
     #: Problems that did not stop the observation (one GPU unreadable, say).
     errors: tuple[str, ...] = ()

@@ -22,6 +22,7 @@ import numpy as np
 from gpusteward.analysis.forecast import Series, bucket
 from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import Gpu, Metric, Observation, Workload, utc
+from gpusteward.domain.sample_table import latest
 from gpusteward.store.window import WindowView
 
 TIME_COLUMNS = ("time", "timestamp", "ts")
@@ -144,7 +145,7 @@ def observation_demand(
 ) -> dict[str, float]:
     """Each pool's demand in one observation (a source's history), as ``pool_demand`` counts it."""
     gpus = {g.uuid: g for g in obs.gpus}
-    util = {s.gpu_uuid: s.gpu_util_pct for s in obs.samples}
+    util = latest(obs.samples, "gpu_util_pct")
     out = {g.pool: 0.0 for g in obs.gpus} | dict.fromkeys(members or {}, 0.0)
     seen: dict[str, bool] = {}
     for u, pool in held_pools(obs.workloads, gpus, members).items():

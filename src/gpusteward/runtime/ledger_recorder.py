@@ -42,6 +42,7 @@ from gpusteward.domain.records import (
     UsageKey,
     day_key,
 )
+from gpusteward.domain.sample_table import latest
 from gpusteward.domain.store_ports import HasLedger, WorkloadBook
 from gpusteward.runtime.runner import ActionResult
 from gpusteward.runtime.showback_recorder import (
@@ -164,7 +165,7 @@ class LedgerRecorder:
     ) -> None:
         self._load()
         self.rates.refresh(g.node for g in gpus.values())
-        power = {s.gpu_uuid: s.power_w for s in obs.samples if s.power_w is not None} if obs else {}
+        power = latest(obs.samples, "power_w") if obs else {}
         self._waste(findings, workloads, gpus, power)
         self._stops(now, actions, workloads, gpus, power)
         self._accrue(now)

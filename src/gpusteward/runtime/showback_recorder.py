@@ -15,11 +15,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from operator import attrgetter
 
+import numpy as np
+
 from gpusteward.analysis.cost import PriceTable, Rate
 from gpusteward.domain.cloud import InstanceControl, Lifecycle
 from gpusteward.domain.errors import ExecutionError, SourceError
 from gpusteward.domain.models import Gpu, Owner, Sample, Workload
 from gpusteward.domain.records import ShowbackAmounts, ShowbackKey
+from gpusteward.domain.sample_table import SampleTable
 from gpusteward.policy.instances import match_nodes
 
 log = logging.getLogger(__name__)
@@ -180,6 +183,8 @@ def fresh_use(samples: Sequence[Sample], prev: datetime) -> dict[str, tuple[floa
     (None if never measured), each the mean of those samples. A GPU sampled several times since
     the last tick (10 s scrapes, a 30 s tick) is held once, not once per sample."""
     out: dict[str, tuple[float, float | None]] = {}
+    if isinstance(samples, SampleTable):
+        return _table_use(samples, prev)
     fresh = 0
     for uuid, at, util, power in map(_SAMPLE_FIELDS, samples):
         if util is not None and at > prev:
@@ -200,3 +205,29 @@ def _means(samples: Sequence[Sample], prev: datetime) -> dict[str, tuple[float, 
             acc[2] += power
             acc[3] += 1
     return {u: (a[0] / a[1], a[2] / a[3] if a[3] else None) for u, a in sums.items()}
+
+
+def _table_use(table: SampleTable, prev: datetime) -> dict[str, tuple[float, float | None]]:
+    """``fresh_use`` over columns: the same figures, summed in the same order."""
+    util = table.column("gpu_util_pct")
+    if util is None:
+        return {}
+    rows = np.flatnonzero(~np.isnan(util) & table.newer_than(prev))
+    uuids = list(map(table.uuids.__getitem__, rows.tolist()))
+    used = np.clip(util[rows].astype(np.float64), 0.0, 100.0)
+    col = table.column("power_w")
+    power = np.full(rows.size, np.nan) if col is None else col[rows].astype(np.float64)
+    if len(set(uuids)) == len(uuids):  # one sample per GPU since the last tick: the common case
+        watts = [None if w != w else w for w in power.tolist()]
+        return dict(zip(uuids, zip(used.tolist(), watts, strict=True), strict=True))
+    first: dict[str, int] = {}
+    codes = np.fromiter((first.setdefault(u, len(first)) for u in uuids), np.intp, len(uuids))
+    # np.bincount adds in row order, as _means does: the same sums to the last bit.
+    n = len(first)
+    measured = ~np.isnan(power)
+    util_mean = np.bincount(codes, used, n) / np.bincount(codes, minlength=n)
+    readings = np.bincount(codes[measured], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        power_mean = np.bincount(codes[measured], power[measured], n) / readings
+    means = [None if k == 0 else w for k, w in zip(readings.tolist(), power_mean.tolist(), strict=True)]
+    return dict(zip(first, zip(util_mean.tolist(), means, strict=True), strict=True))

@@ -20,7 +20,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.domain.errors import ConfigError
-from gpusteward.domain.models import Metric, Sample
+from gpusteward.domain.models import Metric, Sample, utc
+from gpusteward.domain.sample_table import SampleTable
 from gpusteward.store.block_sums import BlockSums
 from gpusteward.store.newest_marks import NewestMarks
 from gpusteward.store.window_view import _EPS, NO_SLOT, IntArray, WindowView
@@ -237,14 +238,12 @@ class WindowStore:
         GPU whose holder changed since the previous ingest loses its history first.
         Samples older than the window, or than the current holder, are dropped.
         """
-        batch = list(samples)
+        table = samples if isinstance(samples, SampleTable) else None
+        batch = [] if table is not None else list(samples)
         slot_at = self.slot_of(at)
-        idx = self.register(s.gpu_uuid for s in batch)
-        # A source stamps its samples with a few shared times: each distinct one is converted once.
-        ats = list(map(_AT, batch))
-        slot_at_time = {t: self.slot_of(t) for t in dict.fromkeys(ats)}
-        slots = np.fromiter(map(slot_at_time.__getitem__, ats), dtype=np.int64, count=len(batch))
-        self._advance(max(slot_at, int(slots.max())) if batch else slot_at)
+        idx = self.register(table.uuids if table is not None else [s.gpu_uuid for s in batch])
+        slots = self._slots(table.at_s) if table is not None else self._sample_slots(batch)
+        self._advance(max(slot_at, int(slots.max())) if slots.size else slot_at)
         self._apply_holders(slot_at, holders)
         assert self._head is not None
         keep = (slots > self._head - self.n_slots) & (slots <= self._head) & (slots >= self._since[idx])
@@ -254,14 +253,37 @@ class WindowStore:
         rows, cols, first = kept % self.n_slots, idx[keep], int(kept.min())
         for m, ring in self._rings.items():
             self._written_from(m, first)
-            vals = list(map(self._fields[m], batch))
-            if vals.count(None) == len(vals):  # a metric the source lacks: no array to build
+            values = self._values(m, table, batch)
+            if values is None:  # a metric the source lacks: no array to build
                 ring[rows, cols] = np.nan
                 continue
-            # None becomes NaN in a float array: the source could not measure it.
-            column = _clean(np.array(vals, dtype=np.float32)[keep])
+            column = _clean(values[keep])
             ring[rows, cols] = column
             self._mark(m, column)
+
+    def _sample_slots(self, batch: list[Sample]) -> IntArray:
+        # A source stamps its samples with a few shared times: each distinct one is converted once.
+        ats = list(map(_AT, batch))
+        slot_at_time = {t: self.slot_of(t) for t in dict.fromkeys(ats)}
+        return np.fromiter(map(slot_at_time.__getitem__, ats), dtype=np.int64, count=len(batch))
+
+    def _slots(self, at_s: npt.NDArray[np.float64]) -> IntArray:
+        """The slot of each time, exactly as ``slot_of`` gives it for the row's ``Sample.at``."""
+        times, inverse = np.unique(at_s, return_inverse=True)
+        per_time = np.array([self.slot_of(utc(t)) for t in times.tolist()], dtype=np.int64)
+        return per_time[inverse.reshape(-1)] if times.size else np.zeros(0, dtype=np.int64)
+
+    def _values(
+        self, m: Metric, table: SampleTable | None, batch: list[Sample]
+    ) -> npt.NDArray[np.float32] | None:
+        """Every row's value of ``m`` as float32 (NaN: not measured), None where none has one."""
+        if table is not None:
+            col = table.column(m.value)
+            return None if col is None else col.astype(np.float32, copy=False)
+        vals = list(map(self._fields[m], batch))
+        if vals.count(None) == len(vals):
+            return None
+        return np.array(vals, dtype=np.float32)  # None becomes NaN: the source could not measure it
 
     def ingest_arrays(
         self, at: datetime, values: Mapping[Metric, npt.ArrayLike], holders: Mapping[str, str] | None = None

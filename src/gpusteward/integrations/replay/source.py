@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-import numpy.typing as npt
 
 from gpusteward.domain.classes import CLASS_KEY
 from gpusteward.domain.errors import ExecutionError
@@ -22,21 +21,15 @@ from gpusteward.domain.models import (
     Level,
     Observation,
     Outcome,
-    Sample,
     Workload,
     WorkloadKind,
     utc,
 )
+from gpusteward.domain.sample_table import SampleTable
 from gpusteward.integrations.replay.trace import Trace
 
 #: ``Workload.ref`` key holding the workload's index in the trace.
 REF_KEY = "trace_index"
-
-
-def _values(a: npt.NDArray[np.float32] | None, n: int) -> list[float | None]:
-    if a is None:
-        return [None] * n
-    return [None if v != v else v for v in a.tolist()]  # NaN != NaN: missing is None
 
 
 class ReplaySource:
@@ -120,14 +113,13 @@ class ReplaySource:
         # A released workload's samples are gone from the moment it was released.
         keep = (wl < 0) | (self.released_at[np.maximum(wl, 0)] > t)
         idx = np.flatnonzero(keep)
-        n = idx.size
-        cols = [_values(None if c is None else c[rows][idx], n) for c in (tr.util, tr.mem, tr.power, tr.sm)]
-        uuids = self._uuids
-        stamps: dict[float, datetime] = {}  # the GPUs of a trace mostly share their sample times
-        ats = [stamps.get(ts) or stamps.setdefault(ts, utc(ts + self.offset_s)) for ts in t[idx].tolist()]
-        samples = tuple(
-            Sample(uuids[g], at, u, m, p, None, s)
-            for g, at, u, m, p, s in zip(gpu[idx].tolist(), ats, *cols, strict=True)
+        # Columns straight from the trace: no Sample object per GPU unless a consumer asks.
+        fields = {"gpu_util_pct": tr.util, "mem_used_mib": tr.mem, "power_w": tr.power}
+        fields["sm_active_pct"] = tr.sm
+        samples = SampleTable(
+            list(map(self._uuids.__getitem__, gpu[idx].tolist())),
+            t[idx] + self.offset_s,
+            {name: c[rows][idx] for name, c in fields.items() if c is not None},
         )
         running = tr.running(t_now)
         running = running[self.released_at[running] > t_now]
