@@ -69,6 +69,18 @@ class SampleTable(Sequence[Sample]):
         table._rows = rows
         return table
 
+    @classmethod
+    def concat(cls, tables: Sequence[SampleTable]) -> SampleTable:
+        """The rows of ``tables``, in order (a field missing from one is NaN in its rows)."""
+        if len(tables) == 1:
+            return tables[0]
+        names = list(dict.fromkeys(k for t in tables for k in t.columns))
+        columns = {
+            k: np.concatenate([t.columns.get(k, np.full(len(t), np.nan)) for t in tables]) for k in names
+        }
+        uuids = [u for t in tables for u in t.uuids]
+        return cls(uuids, np.concatenate([t.at_s for t in tables]) if tables else [], columns)
+
     def column(self, name: str) -> FloatArray | None:
         """The values of field ``name`` (NaN: not measured), or None where no row has one."""
         return self.columns.get(name)

@@ -4,6 +4,7 @@ with what its series say, or None where it has none."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -140,9 +141,10 @@ def test_derive_health_only_fills_what_series_gave() -> None:
 
 
 def _derived(values: dict[str, float]) -> dict[str, float]:
-    out = dict(values)
-    derive_health(out)
-    return out
+    """``derive_health`` over one reading: its columns, one row each (NaN: not read)."""
+    cols = {k: np.array([v]) for k, v in values.items()}
+    derive_health(cols, 1)
+    return {k: float(c[0]) for k, c in cols.items() if not np.isnan(c[0])}
 
 
 def test_a_field_name_for_health_is_accepted_in_overrides() -> None:

@@ -138,7 +138,7 @@ def test_readme_scrape_with_empty_pod_labels_and_blank_values() -> None:
     blank = RawSeries({**labels, "__name__": "DCGM_FI_DEV_GPU_TEMP"}, [(1000.0, "9223372036854775794")])
     asm = Assembler(DEFAULT_SPECS, LM, 30)
     asm.add(blank)
-    assert [s.samples for s in asm.slots()] == [()]  # only a blank reading: no sample
+    assert [len(s.samples) for s in asm.slots()] == [0]  # only a blank reading: no sample
 
 
 def test_nvidia_gpu_exporter_scrapes() -> None:

@@ -6,16 +6,22 @@ into workloads. Pure, like ``parse``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 
+import numpy as np
+import numpy.typing as npt
+
 from gpusteward.domain.classes import CLASS_KEY
-from gpusteward.domain.models import Gpu, Metric, Owner, Sample, Workload, WorkloadKind, utc
+from gpusteward.domain.models import Gpu, Metric, Owner, Workload, WorkloadKind
+from gpusteward.domain.sample_table import SampleTable
 from gpusteward.integrations.prometheus.parse import (
+    FP64_BLANK,
     GR_ENGINE,
     HOLDER,
     INFO,
@@ -24,27 +30,18 @@ from gpusteward.integrations.prometheus.parse import (
     MEM_RESERVED,
     MEM_TOTAL,
     SAMPLE_FIELDS,
+    FloatArray,
     GpuIdentity,
     Holder,
     LabelMap,
     MetricSpec,
-    clean_value,
     derive_health,
     identify_gpu,
     identify_holder,
 )
 from gpusteward.integrations.prometheus.query import RawSeries
 
-
-@dataclass(slots=True)
-class _Cell:
-    """The newest value of each field of one GPU in one slot, and who held it then."""
-
-    at: float = -math.inf
-    values: dict[str, float] = field(default_factory=dict)
-    times: dict[str, float] = field(default_factory=dict)
-    holder: Holder | None = None
-    holder_at: float = -math.inf
+BoolArray = npt.NDArray[np.bool_]
 
 
 class Identities:
@@ -79,7 +76,8 @@ class Slot:
     """What the series say about one window slot: a sample and a holder per GPU."""
 
     start_s: float
-    samples: tuple[Sample, ...]
+    #: One row per GPU with any reading, sorted by uuid.
+    samples: SampleTable
     holders: Mapping[str, Holder | None]
 
 
@@ -88,6 +86,11 @@ class Assembler:
 
     A MIG parent whose instances are seen is dropped: the instances are the GPUs.
     Utilisation falls back to the graphics-engine ratio where GPU_UTIL is absent.
+
+    ``add`` only files each series' points; ``slots`` folds them all at once as arrays. Per
+    GPU, slot and field the newest valid point wins (a tie: the series added last); the
+    holder is that of the newest point of any series in the slot (a tie: a series naming a
+    holder, the last added, over one naming none).
     """
 
     def __init__(
@@ -104,13 +107,23 @@ class Assembler:
         self.ignore_pods = ignore_pods
         self.gpus: dict[str, GpuIdentity] = {}
         self.mem_total: dict[str, float] = {}
-        self.cells: dict[tuple[int, str], _Cell] = {}
         self.series = 0
         # A label set seen before (this tick or an earlier one) is identified once.
         self._seen = identities if identities is not None else Identities()
+        # Per series filed: its GPU (as a number), field, scale and holder.
+        self._gpu_number: dict[str, int] = {}
+        self._series_gpu: list[int] = []
+        self._series_field: list[str] = []
+        self._series_scale: list[float] = []
+        self._series_holder: list[Holder | None] = []
+        # Per point: its series, time and raw value (text from the HTTP API, a float from
+        # remote write).
+        self._point_series: list[int] = []
+        self._point_t: list[float] = []
+        self._point_raw: list[str | float] = []
 
     def add(self, series: RawSeries, name: str | None = None) -> bool:
-        """Fold one series in; False when it names no known metric or no GPU."""
+        """File one series; False when it names no known metric or no GPU."""
         spec = self.specs.get(name or series.name)
         if spec is None:
             return False
@@ -125,40 +138,17 @@ class Assembler:
             return True
         if spec.field == HOLDER and holder is None:
             return True  # a process outside any pod or job: not a workload this source knows
-        interval, uuid, fname, scale = self.interval_s, ident.uuid, spec.field, spec.scale
-        cells = self.cells
-        cell: _Cell | None = None
-        prev, have = None, False
-        # Newest first: per slot, the holder of the newest point and the newest valid value.
-        for t, raw in reversed(series.points):
-            slot = int((t + 1e-6) // interval)
-            if slot != prev:
-                prev, have = slot, fname == HOLDER
-                cell = cells.get((slot, uuid))
-                if cell is None:
-                    cell = cells[(slot, uuid)] = _Cell()
-                if t > cell.holder_at or (t == cell.holder_at and holder is not None):
-                    cell.holder, cell.holder_at = holder, t
-            if have:
-                continue
-            try:
-                x = float(raw)
-            except ValueError:
-                continue
-            if 0.0 <= x < INT32_BLANK:  # the common case, without a call
-                v = x * scale
-            else:
-                w = clean_value(x, scale)
-                if w is None:
-                    continue
-                v = w
-            have = True
-            assert cell is not None
-            old = cell.times.get(fname)
-            if old is None or t >= old:
-                cell.values[fname], cell.times[fname] = v, t
-                if t > cell.at:
-                    cell.at = t
+        points = series.points
+        if points:
+            number = self._gpu_number.setdefault(ident.uuid, len(self._gpu_number))
+            self._point_series.extend(itertools.repeat(len(self._series_gpu), len(points)))
+            self._series_gpu.append(number)
+            self._series_field.append(spec.field)
+            self._series_scale.append(spec.scale)
+            self._series_holder.append(holder)
+            times, raws = zip(*points, strict=True)
+            self._point_t.extend(times)
+            self._point_raw.extend(raws)
         return True
 
     def _drop_mig_parents(self) -> set[str]:
@@ -170,32 +160,97 @@ class Assembler:
     def slots(self) -> list[Slot]:
         """Every slot seen, oldest first; also fills ``mem_total`` per GPU."""
         dropped = self._drop_mig_parents()
-        by_slot: dict[int, tuple[list[Sample], dict[str, Holder | None]]] = {}
-        util, used, mem_total = Metric.GPU_UTIL.value, Metric.MEM_USED.value, self.mem_total
-        for (slot, uuid), cell in self.cells.items():
-            if uuid in dropped:
+        if not self._point_t:
+            return []
+        uuids = list(self._gpu_number)
+        sid = np.array(self._point_series, dtype=np.intp)
+        t = np.array(self._point_t, dtype=np.float64)
+        slot = np.floor_divide(t + 1e-6, self.interval_s).astype(np.int64)
+        # One cell per (slot, GPU), ordered by slot then uuid: the order samples come out in.
+        by_name = np.argsort(np.array(uuids, dtype=object), kind="stable")
+        rank = np.empty(len(uuids), dtype=np.int64)
+        rank[by_name] = np.arange(len(uuids))
+        gpu = np.array(self._series_gpu, dtype=np.intp)[sid]
+        keys, cell = np.unique(slot * len(uuids) + rank[gpu], return_inverse=True)
+        cell = cell.reshape(-1)
+        cell_uuid = [uuids[g] for g in by_name[keys % len(uuids)].tolist()]
+        holders = self._holders(cell, t, sid, keys.size)
+        cols, at = self._values(cell, t, sid, keys.size)
+        keep = np.array([u not in dropped for u in cell_uuid], dtype=np.bool_)
+        self._mem_totals(cols, cell_uuid, keep)
+        util, gr = Metric.GPU_UTIL.value, cols.get(GR_ENGINE)
+        if gr is not None:
+            cols[util] = np.where(np.isnan(cols[util]), gr, cols[util]) if util in cols else gr
+        derive_health(cols, keys.size)
+        fields = {k: v for k, v in cols.items() if k in SAMPLE_FIELDS}
+        sampled = keep & ~np.all(np.isnan(list(fields.values())), axis=0) if fields else keep & False
+        out = []
+        cell_slot = (keys // len(uuids)).tolist()
+        bounds = [0, *(np.flatnonzero(np.diff(cell_slot)) + 1).tolist(), keys.size]
+        for lo, hi in itertools.pairwise(bounds):
+            rows = lo + np.flatnonzero(sampled[lo:hi])
+            table = SampleTable(
+                [cell_uuid[i] for i in rows.tolist()],
+                at[rows],
+                {k: v[rows] for k, v in fields.items() if not np.isnan(v[rows]).all()},
+            )
+            kept = [i for i in range(lo, hi) if keep[i]]
+            if not kept:  # only MIG parents, dropped
                 continue
-            group = by_slot.get(slot)
-            if group is None:
-                group = by_slot[slot] = ([], {})
-            group[1][uuid] = cell.holder
-            vals = cell.values
-            if MEM_TOTAL in vals or MEM_FREE in vals:
-                total = vals.get(MEM_TOTAL)
-                if total is None and used in vals:
-                    total = vals[used] + vals[MEM_FREE] + vals.get(MEM_RESERVED, 0.0)
-                if total is not None and total > mem_total.get(uuid, 0.0):
-                    mem_total[uuid] = total
-            if util not in vals and GR_ENGINE in vals:
-                vals[util] = vals[GR_ENGINE]
-            derive_health(vals)
-            fields = {k: v for k, v in vals.items() if k in SAMPLE_FIELDS}
-            if fields:
-                group[0].append(Sample(gpu_uuid=uuid, at=utc(cell.at), **fields))
-        return [
-            Slot(slot * self.interval_s, tuple(sorted(samples, key=_by_uuid)), MappingProxyType(holders))
-            for slot, (samples, holders) in sorted(by_slot.items())
-        ]
+            held = MappingProxyType({cell_uuid[i]: holders[i] for i in kept})
+            out.append(Slot(cell_slot[lo] * self.interval_s, table, held))
+        return out
+
+    def _holders(
+        self, cell: npt.NDArray[np.intp], t: npt.NDArray[np.float64], sid: npt.NDArray[np.intp], n: int
+    ) -> list[Holder | None]:
+        """Per cell, the holder of its newest point; at a tie, the last series that names one."""
+        series_holder = self._series_holder
+        names = np.array([h is not None for h in series_holder], dtype=np.bool_)[sid]
+        order = np.lexsort((sid, names, t, cell))
+        last = order[_last_of(cell[order], n)]
+        return [series_holder[i] for i in sid[last].tolist()]
+
+    def _values(
+        self, cell: npt.NDArray[np.intp], t: npt.NDArray[np.float64], sid: npt.NDArray[np.intp], n: int
+    ) -> tuple[dict[str, FloatArray], FloatArray]:
+        """Per field, each cell's newest valid value (NaN: none), and each cell's time: that of
+        its newest valid value."""
+        fields = sorted(set(self._series_field) - {HOLDER})
+        field_of = {f: i for i, f in enumerate(fields)}
+        series_field = np.array([field_of.get(f, -1) for f in self._series_field], dtype=np.intp)
+        field = series_field[sid]
+        v = _readings(self._point_raw) * np.array(self._series_scale, dtype=np.float64)[sid]
+        valid = np.flatnonzero((field >= 0) & ~np.isnan(v))
+        at = np.full(n, -np.inf)
+        np.maximum.at(at, cell[valid], t[valid])
+        cols = {f: np.full(n, np.nan) for f in fields}
+        if valid.size:
+            # The newest per (cell, field); at a tie the point filed last (sorts are stable).
+            order = valid[np.lexsort((t[valid], field[valid], cell[valid]))]
+            group = cell[order] * len(fields) + field[order]
+            last = order[np.flatnonzero(np.append(group[1:] != group[:-1], True))]
+            for k, f in enumerate(fields):
+                mine = last[field[last] == k]
+                cols[f][cell[mine]] = v[mine]
+        return {f: c for f, c in cols.items() if not np.isnan(c).all()}, at
+
+    def _mem_totals(self, cols: Mapping[str, FloatArray], cell_uuid: list[str], keep: BoolArray) -> None:
+        """Each GPU's largest memory total over its cells: the total read, else used + free +
+        reserved where free is read."""
+        total, free = cols.get(MEM_TOTAL), cols.get(MEM_FREE)
+        if total is None and free is None:
+            return
+        n = len(cell_uuid)
+        nan = np.full(n, np.nan)
+        used, reserved = cols.get(Metric.MEM_USED.value, nan), cols.get(MEM_RESERVED, nan)
+        parts = used + (nan if free is None else free) + np.where(np.isnan(reserved), 0.0, reserved)
+        whole = parts if total is None else np.where(np.isnan(total), parts, total)
+        mem_total = self.mem_total
+        for i in np.flatnonzero(keep & (whole > 0)).tolist():
+            u, x = cell_uuid[i], float(whole[i])
+            if x > mem_total.get(u, 0.0):
+                mem_total[u] = x
 
     def gpu(self, uuid: str) -> Gpu:
         g = self.gpus[uuid]
@@ -208,8 +263,32 @@ class Assembler:
         )
 
 
-def _by_uuid(s: Sample) -> str:
-    return s.gpu_uuid
+def _last_of(sorted_groups: npt.NDArray[np.intp], n: int) -> npt.NDArray[np.intp]:
+    """The index of the last element of each of the ``n`` groups 0..n-1 in ``sorted_groups``
+    (grouped, every group present)."""
+    ends = np.flatnonzero(np.append(sorted_groups[1:] != sorted_groups[:-1], True))
+    assert ends.size == n
+    return ends
+
+
+def _readings(raws: list[str | float]) -> FloatArray:
+    """Raw values as readings before scaling: NaN where unreadable, a sentinel, negative or
+    not finite (``clean_value``'s rules, for every point at once)."""
+    try:
+        x = np.array(raws, dtype=np.float64)
+    except (TypeError, ValueError):  # a value numpy cannot read: one at a time, as float() does
+        x = np.array([_float(r) for r in raws], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(x) | (x < 0) | (x >= FP64_BLANK) | ((x >= INT32_BLANK) & (x <= 0x7FFFFFFF))
+    x[bad] = np.nan
+    return x
+
+
+def _float(raw: str | float) -> float:
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _merge(a: GpuIdentity, b: GpuIdentity) -> GpuIdentity:

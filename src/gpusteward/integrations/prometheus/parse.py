@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
+
+import numpy as np
+import numpy.typing as npt
 
 from gpusteward.domain import health
 from gpusteward.domain.models import Metric, WorkloadKind
 
 MIB = 1024.0 * 1024.0
+FloatArray = npt.NDArray[np.float64]
 
 #: Pseudo-fields that are not ``Sample`` fields: memory parts that add up to the total,
 #: the graphics-engine ratio used where GPU_UTIL is absent (MIG), and info series.
@@ -242,7 +246,7 @@ def identify_holder(
 
 #: DCGM's "blank" sentinels (int32 and int64 blanks, FP64 blank at 2**47): no reading.
 INT32_BLANK = 0x7FFFFFF0
-_FP64_BLANK = 2.0**47
+FP64_BLANK = 2.0**47
 
 
 def clean_value(raw: str | float, scale: float) -> float | None:
@@ -253,7 +257,7 @@ def clean_value(raw: str | float, scale: float) -> float | None:
         v = float(raw)
     except (TypeError, ValueError):
         return None
-    if not math.isfinite(v) or v < 0 or v >= _FP64_BLANK or INT32_BLANK <= v <= 0x7FFFFFFF:
+    if not math.isfinite(v) or v < 0 or v >= FP64_BLANK or INT32_BLANK <= v <= 0x7FFFFFFF:
         return None
     return v * scale
 
@@ -263,22 +267,46 @@ _XID, _XID_FATAL, _RETIRED = Metric.XID.value, Metric.XID_FATAL.value, Metric.RE
 _REMAP_FAILURE, _THROTTLED = Metric.REMAP_FAILURE.value, Metric.THROTTLED.value
 
 
-def derive_health(values: dict[str, float]) -> None:
-    """Fold one GPU's health parts into ``Sample`` fields, in place. A field stays absent
-    (None) unless a series fed it: no health series is no reading, never a healthy 0."""
-    xid = values.get(_XID)
-    if xid is not None and _XID_FATAL not in values:
-        values[_XID_FATAL] = float(health.xid_fatal(int(xid)))
-    if _RETIRED not in values:
-        # Remapped rows (Ampere and newer) where the GPU has them, else retired pages.
-        for parts in ((REMAPPED_CORR, REMAPPED_UNC), (RETIRED_SBE, RETIRED_DBE)):
-            known = [values[p] for p in parts if p in values]
-            if known:
-                values[_RETIRED] = sum(known)
-                break
-    if RETIRED_PENDING in values:
-        pending = float(values[RETIRED_PENDING] > 0)
-        values[_REMAP_FAILURE] = max(values.get(_REMAP_FAILURE, 0.0), pending)
-    reasons = values.get(CLOCK_REASONS)
-    if reasons is not None and _THROTTLED not in values:
-        values[_THROTTLED] = float(health.throttled(int(reasons)))
+def derive_health(cols: dict[str, FloatArray], n: int) -> None:
+    """Fold the health parts of ``n`` GPU readings (columns by field; NaN: not read) into
+    ``Sample`` fields, in place. A field stays NaN unless a series fed it: no health series
+    is no reading, never a healthy 0."""
+
+    def column(name: str) -> FloatArray:
+        return cols.get(name, np.full(n, np.nan))
+
+    xid = cols.get(_XID)
+    if xid is not None:
+        cols[_XID_FATAL] = _mapped(xid, column(_XID_FATAL), health.xid_fatal)
+    retired = column(_RETIRED).copy()
+    missing = np.isnan(retired)
+    # Remapped rows (Ampere and newer) where the GPU has them, else retired pages.
+    for parts in ((REMAPPED_CORR, REMAPPED_UNC), (RETIRED_SBE, RETIRED_DBE)):
+        known = [cols[p] for p in parts if p in cols]
+        if not known:
+            continue
+        has = missing & ~np.all(np.isnan(known), axis=0)
+        retired[has] = np.nansum(known, axis=0)[has]
+        missing &= ~has
+    if not np.isnan(retired).all():
+        cols[_RETIRED] = retired
+    pending = cols.get(RETIRED_PENDING)
+    if pending is not None:
+        failure = column(_REMAP_FAILURE)
+        was = np.where(np.isnan(failure), 0.0, failure)
+        cols[_REMAP_FAILURE] = np.where(np.isnan(pending), failure, np.maximum(was, pending > 0))
+    reasons = cols.get(CLOCK_REASONS)
+    if reasons is not None:
+        cols[_THROTTLED] = _mapped(reasons, column(_THROTTLED), health.throttled)
+
+
+def _mapped(codes: FloatArray, into: FloatArray, fn: Callable[[int], bool]) -> FloatArray:
+    """``into`` with ``fn(int(code))`` as 0/1 where it is NaN and the code is read (each
+    distinct code asked once)."""
+    need = np.isnan(into) & ~np.isnan(codes)
+    if not need.any():
+        return into
+    out = into.copy()
+    distinct, inverse = np.unique(codes[need], return_inverse=True)
+    out[need] = np.array([float(fn(int(c))) for c in distinct.tolist()])[inverse.reshape(-1)]
+    return out

@@ -23,6 +23,7 @@ from datetime import datetime
 
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import Gpu, Observation, Sample, Workload, utc
+from gpusteward.domain.sample_table import SampleTable
 from gpusteward.integrations.prometheus.assemble import Assembler, Identities, Slot, build_workloads
 from gpusteward.integrations.prometheus.client import PrometheusClient, QueryResult, TooManySamples
 from gpusteward.integrations.prometheus.parse import (
@@ -186,10 +187,9 @@ class PrometheusSource:
                 if holder is not None and holder.id not in self._started:
                     self._started[holder.id] = utc(slot.start_s)
         seen = self._last_seen
-        for sample in slot.samples:
-            t = sample.at.timestamp()
-            if t > seen.get(sample.gpu_uuid, 0.0):
-                seen[sample.gpu_uuid] = t
+        for uuid, t in zip(slot.samples.uuids, slot.samples.at_s.tolist(), strict=True):
+            if t > seen.get(uuid, 0.0):
+                seen[uuid] = t
         return changed
 
     def _forget(self, before_s: float) -> None:
@@ -243,13 +243,13 @@ class PrometheusSource:
             self._cursor = now
             self._series = asm.series
         errors = got.errors + [f"prometheus warning: {w}" for w in got.warnings]
-        samples = [s for slot in slots for s in slot.samples]
+        samples: Sequence[Sample] = SampleTable.concat([slot.samples for slot in slots])
         if self.request_metrics:
-            samples = self._with_requests(samples, now, errors)
+            samples = tuple(self._with_requests(list(samples), now, errors))
         return Observation(
             at=now,
             gpus=tuple(self._gpus.values()),
-            samples=tuple(samples),
+            samples=samples,
             workloads=self._workloads(changed),
             errors=tuple(errors),
         )
@@ -316,7 +316,7 @@ class PrometheusSource:
             # history when its holder changes, so a new job is not judged on the last one's.
             if self._apply(slot) or workloads is None:
                 workloads = self._workloads()
-            gpus = tuple(self._gpus[s.gpu_uuid] for s in slot.samples if s.gpu_uuid in self._gpus)
+            gpus = tuple(self._gpus[u] for u in slot.samples.uuids if u in self._gpus)
             out.append(
                 Observation(at=utc(slot.start_s), gpus=gpus, samples=slot.samples, workloads=workloads)
             )

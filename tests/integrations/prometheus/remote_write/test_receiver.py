@@ -269,5 +269,5 @@ def test_series_become_the_samples_gpus_and_workloads_the_prometheus_source_make
     assert workloads["job/9001"].owner.user == "bob"
     # The next tick with nothing new: no samples, the same GPUs and holders.
     later = source.observe(NOW + timedelta(seconds=30))
-    assert later.samples == ()
+    assert len(later.samples) == 0
     assert {w.id for w in later.workloads} == set(workloads)

@@ -12,6 +12,7 @@ import logging
 from datetime import datetime
 
 from gpusteward.domain.models import Observation
+from gpusteward.domain.sample_table import SampleTable
 from gpusteward.integrations.prometheus.remote_write.receiver import Receiver, Stats, activate
 from gpusteward.integrations.prometheus.source import PrometheusSource
 
@@ -47,7 +48,7 @@ class RemoteWriteSource:
         return Observation(
             at=now,
             gpus=tuple(book._gpus.values()),
-            samples=tuple(s for slot in slots for s in slot.samples),
+            samples=SampleTable.concat([slot.samples for slot in slots]),
             workloads=book._workloads(changed),
         )
 
