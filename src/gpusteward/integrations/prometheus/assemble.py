@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +41,9 @@ from gpusteward.integrations.prometheus.parse import (
     identify_holder,
 )
 from gpusteward.integrations.prometheus.query import RawSeries
+
+if TYPE_CHECKING:
+    from gpusteward.integrations.prometheus.remote_write.receiver import Batch
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -116,40 +120,69 @@ class Assembler:
         self._series_field: list[str] = []
         self._series_scale: list[float] = []
         self._series_holder: list[Holder | None] = []
-        # Per point: its series, time and raw value (text from the HTTP API, a float from
-        # remote write).
+        # Per point filed by ``add``: its series, time and raw value (text from the HTTP API);
+        # sealed as arrays into ``_filed`` (series, time, reading) before a batch and at the end.
+        self._filed: list[tuple[npt.NDArray[np.intp], FloatArray, FloatArray]] = []
         self._point_series: list[int] = []
         self._point_t: list[float] = []
         self._point_raw: list[str | float] = []
 
     def add(self, series: RawSeries, name: str | None = None) -> bool:
         """File one series; False when it names no known metric or no GPU."""
-        spec = self.specs.get(name or series.name)
-        if spec is None:
-            return False
-        ident, holder = self._seen.identify(series.labels, self.lm, self.ignore_pods)
-        if ident is None:
-            return False
-        self.series += 1
-        known = self.gpus.get(ident.uuid)
-        if known is None or (not known.model and ident.model) or (known.index < 0 <= ident.index):
-            self.gpus[ident.uuid] = ident if known is None else _merge(known, ident)
-        if spec.field == INFO:
-            return True
-        if spec.field == HOLDER and holder is None:
-            return True  # a process outside any pod or job: not a workload this source knows
         points = series.points
-        if points:
-            number = self._gpu_number.setdefault(ident.uuid, len(self._gpu_number))
-            self._point_series.extend(itertools.repeat(len(self._series_gpu), len(points)))
-            self._series_gpu.append(number)
-            self._series_field.append(spec.field)
-            self._series_scale.append(spec.scale)
-            self._series_holder.append(holder)
+        number = self._file(series.labels, name or series.name, bool(points))
+        if number is None:
+            return False
+        if number >= 0:
+            self._point_series.extend(itertools.repeat(number, len(points)))
             times, raws = zip(*points, strict=True)
             self._point_t.extend(times)
             self._point_raw.extend(raws)
         return True
+
+    def add_batch(self, batch: Batch) -> None:
+        """File every series of a remote-write drain, its points as they are: arrays."""
+        self._seal()
+        found = [self._file(labels, labels.get("__name__", ""), True) for labels in batch.labels]
+        numbers = np.array([-1 if n is None else n for n in found], dtype=np.intp)
+        series = np.repeat(numbers, np.diff(batch.bounds))
+        filed = series >= 0
+        if filed.any():
+            self._filed.append((series[filed], batch.t_s[filed], _valid(batch.values[filed])))
+
+    def _file(self, labels: Mapping[str, str], name: str, has_points: bool) -> int | None:
+        """The number of a series with points to fold; -1 for one that names a known metric and
+        a GPU but has nothing to fold (info, a process outside any pod or job, no points); None
+        for one that names no known metric or no GPU."""
+        spec = self.specs.get(name)
+        if spec is None:
+            return None
+        ident, holder = self._seen.identify(labels, self.lm, self.ignore_pods)
+        if ident is None:
+            return None
+        self.series += 1
+        known = self.gpus.get(ident.uuid)
+        if known is None or (not known.model and ident.model) or (known.index < 0 <= ident.index):
+            self.gpus[ident.uuid] = ident if known is None else _merge(known, ident)
+        if spec.field == INFO or (spec.field == HOLDER and holder is None) or not has_points:
+            return -1
+        self._series_gpu.append(self._gpu_number.setdefault(ident.uuid, len(self._gpu_number)))
+        self._series_field.append(spec.field)
+        self._series_scale.append(spec.scale)
+        self._series_holder.append(holder)
+        return len(self._series_gpu) - 1
+
+    def _seal(self) -> None:
+        """Turn the points filed one series at a time into arrays, after those filed before."""
+        if self._point_t:
+            self._filed.append(
+                (
+                    np.array(self._point_series, dtype=np.intp),
+                    np.array(self._point_t, dtype=np.float64),
+                    _readings(self._point_raw),
+                )
+            )
+            self._point_series, self._point_t, self._point_raw = [], [], []
 
     def _drop_mig_parents(self) -> set[str]:
         parents = {g.parent for g in self.gpus.values() if g.parent}
@@ -160,11 +193,13 @@ class Assembler:
     def slots(self) -> list[Slot]:
         """Every slot seen, oldest first; also fills ``mem_total`` per GPU."""
         dropped = self._drop_mig_parents()
-        if not self._point_t:
+        self._seal()
+        if not self._filed:
             return []
         uuids = list(self._gpu_number)
-        sid = np.array(self._point_series, dtype=np.intp)
-        t = np.array(self._point_t, dtype=np.float64)
+        sid = np.concatenate([f[0] for f in self._filed])
+        t = np.concatenate([f[1] for f in self._filed])
+        x = np.concatenate([f[2] for f in self._filed])
         slot = np.floor_divide(t + 1e-6, self.interval_s).astype(np.int64)
         # One cell per (slot, GPU), ordered by slot then uuid: the order samples come out in.
         by_name = np.argsort(np.array(uuids, dtype=object), kind="stable")
@@ -175,7 +210,7 @@ class Assembler:
         cell = cell.reshape(-1)
         cell_uuid = [uuids[g] for g in by_name[keys % len(uuids)].tolist()]
         holders = self._holders(cell, t, sid, keys.size)
-        cols, at = self._values(cell, t, sid, keys.size)
+        cols, at = self._values(cell, t, sid, x, keys.size)
         keep = np.array([u not in dropped for u in cell_uuid], dtype=np.bool_)
         self._mem_totals(cols, cell_uuid, keep)
         util, gr = Metric.GPU_UTIL.value, cols.get(GR_ENGINE)
@@ -212,7 +247,12 @@ class Assembler:
         return [series_holder[i] for i in sid[last].tolist()]
 
     def _values(
-        self, cell: npt.NDArray[np.intp], t: npt.NDArray[np.float64], sid: npt.NDArray[np.intp], n: int
+        self,
+        cell: npt.NDArray[np.intp],
+        t: npt.NDArray[np.float64],
+        sid: npt.NDArray[np.intp],
+        x: FloatArray,
+        n: int,
     ) -> tuple[dict[str, FloatArray], FloatArray]:
         """Per field, each cell's newest valid value (NaN: none), and each cell's time: that of
         its newest valid value."""
@@ -220,7 +260,7 @@ class Assembler:
         field_of = {f: i for i, f in enumerate(fields)}
         series_field = np.array([field_of.get(f, -1) for f in self._series_field], dtype=np.intp)
         field = series_field[sid]
-        v = _readings(self._point_raw) * np.array(self._series_scale, dtype=np.float64)[sid]
+        v = x * np.array(self._series_scale, dtype=np.float64)[sid]
         valid = np.flatnonzero((field >= 0) & ~np.isnan(v))
         at = np.full(n, -np.inf)
         np.maximum.at(at, cell[valid], t[valid])
@@ -272,16 +312,20 @@ def _last_of(sorted_groups: npt.NDArray[np.intp], n: int) -> npt.NDArray[np.intp
 
 
 def _readings(raws: list[str | float]) -> FloatArray:
-    """Raw values as readings before scaling: NaN where unreadable, a sentinel, negative or
-    not finite (``clean_value``'s rules, for every point at once)."""
+    """Raw values as readings before scaling (``_valid``), read as ``float()`` reads them."""
     try:
         x = np.array(raws, dtype=np.float64)
     except (TypeError, ValueError):  # a value numpy cannot read: one at a time, as float() does
         x = np.array([_float(r) for r in raws], dtype=np.float64)
+    return _valid(x)
+
+
+def _valid(x: FloatArray) -> FloatArray:
+    """``x`` with NaN where a reading is unusable: a sentinel, negative or not finite
+    (``clean_value``'s rules, for every point at once)."""
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(x) | (x < 0) | (x >= FP64_BLANK) | ((x >= INT32_BLANK) & (x <= 0x7FFFFFFF))
-    x[bad] = np.nan
-    return x
+    return np.where(bad, np.nan, x)
 
 
 def _float(raw: str | float) -> float:

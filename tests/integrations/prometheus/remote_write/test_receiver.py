@@ -41,10 +41,11 @@ def _receiver(max_samples: int = 1_000_000, **kw: object) -> Receiver:
 def test_a_body_of_real_dcgm_series_decodes_to_the_same_series(dcgm: Scraped) -> None:
     body = encode((labels, [(T0, v)]) for labels, v in dcgm)
     req = decode(body, 1 << 24)
-    assert len(req.timeseries) == len(dcgm)
+    assert len(req.labels) == len(dcgm)
+    assert req.counts.tolist() == [1] * len(dcgm)
     got = {
-        tuple(sorted(label_dict(ts.labels).items())): (ts.samples[0].timestamp, ts.samples[0].value)
-        for ts in req.timeseries
+        tuple(sorted(label_dict(key).items())): (t, v)
+        for key, t, v in zip(req.labels, req.t_ms.tolist(), req.values.tolist(), strict=True)
     }
     for labels, v in dcgm:
         key = tuple(sorted(labels.items()))

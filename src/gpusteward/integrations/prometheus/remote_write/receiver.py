@@ -15,24 +15,33 @@ cost every other series of its batches, and each 400 is an error in the sender's
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
 
 from gpusteward.integrations.prometheus.query import RawSeries
 from gpusteward.integrations.prometheus.remote_write.wire import decode
 from gpusteward.integrations.prometheus.remote_write.wire import labels as decode_labels
 
 if TYPE_CHECKING:
-    from gpusteward.integrations.prometheus.remote_write.proto.remote_pb2 import WriteRequestRaw
+    from gpusteward.integrations.prometheus.remote_write.walk import Request
 
 #: Series skipped by their encoded labels, at most (then the set starts again).
 MAX_UNWANTED = 1_000_000
 #: Prometheus refuses samples further ahead of its clock than this (``maxAheadTime``).
 MAX_AHEAD_MS = 10 * 60 * 1000
+#: The newest timestamp of a series with none yet.
+_NEVER = -(2**63)
+
+IntArray = npt.NDArray[np.int64] | npt.NDArray[np.intp]
+FloatArray = npt.NDArray[np.float64]
 
 
 class BufferFull(Exception):
@@ -56,12 +65,21 @@ class Stats:
     series: int = 0  # series known now
 
 
-@dataclass(slots=True)
-class _Series:
-    labels: dict[str, str]
-    newest_ms: int = -(2**63)
-    newest_v: float = math.nan
-    points: list[tuple[float, float]] = field(default_factory=list)
+@dataclass(frozen=True)
+class Batch:
+    """What arrived since the last drain, by series: ``labels[k]`` are series k's labels and
+    its points are rows ``bounds[k]:bounds[k + 1]`` of ``t_s`` and ``values``, oldest first.
+    Series come in the order their first point arrived."""
+
+    labels: list[dict[str, str]]
+    bounds: npt.NDArray[np.intp]
+    t_s: npt.NDArray[np.float64]
+    values: npt.NDArray[np.float64]
+
+    def series(self) -> list[RawSeries]:
+        t, v, b = self.t_s.tolist(), self.values.tolist(), self.bounds.tolist()
+        spans = zip(self.labels, itertools.pairwise(b), strict=True)
+        return [RawSeries(lb, list(zip(t[lo:hi], v[lo:hi], strict=True))) for lb, (lo, hi) in spans]
 
 
 class Receiver:
@@ -70,6 +88,10 @@ class Receiver:
     Only series named in ``names`` are kept (a Prometheus sends all it scrapes). At most
     ``max_samples`` wait between two drains; a request that would pass that is refused whole
     (``BufferFull``), so that the sender retries it rather than losing part of it.
+
+    Each series known is a number: its labels, newest timestamp and value are kept by number
+    (``_newest_ms``, ``_newest_v``), and what waits for the drain is arrays of (number, time,
+    value), so a request's samples are judged together rather than one by one.
     """
 
     def __init__(
@@ -93,9 +115,12 @@ class Receiver:
         self.clock = clock
         self.stats = Stats()
         self._lock = threading.Lock()
-        self._series: dict[tuple[bytes, ...], _Series] = {}
-        self._unwanted: set[tuple[bytes, ...]] = set()
-        self._pending: list[_Series] = []
+        self._ids: dict[bytes, int] = {}
+        self._labels: list[dict[str, str]] = []
+        self._newest_ms = np.empty(0, dtype=np.int64)
+        self._newest_v = np.empty(0, dtype=np.float64)
+        self._unwanted: set[bytes] = set()
+        self._pending: list[tuple[IntArray, IntArray, FloatArray]] = []
         self._buffered = 0
         self._pruned_at = clock()
 
@@ -109,99 +134,143 @@ class Receiver:
         Raises ``BadBody``, ``TooLarge`` or ``BufferFull``."""
         return self.push(decode(body, self.max_decoded_bytes))
 
-    def push(self, req: WriteRequestRaw) -> Stats:
-        # Samples leave protobuf outside the lock (the tick never waits on a decode); a series
-        # is known by its encoded labels, so only a new one has them parsed. A known series is
-        # looked up once, here: at 20,000 GPUs that is 60,000 look-ups a tick.
-        wanted: list[tuple[tuple[bytes, ...], _Series | dict[str, str], list[tuple[int, float]]]] = []
-        new: list[tuple[bytes, ...]] = []
-        total = 0
-        unwanted, known, names = self._unwanted, self._series, self.names
-        for ts in req.timeseries:
-            samples = ts.samples
-            if not samples:
-                continue
-            key = tuple(ts.labels)
-            series: _Series | dict[str, str] | None = known.get(key)
-            if series is None:
-                if key in unwanted:
+    def push(self, req: Request) -> Stats:
+        # Outside the lock (the tick never waits on a decode): which series are wanted. A series
+        # is known by its encoded labels, so only a new one has them parsed.
+        known, unwanted, names = self._ids, self._unwanted, self.names
+        found = list(map(known.get, req.labels))
+        wanted = np.fromiter((n is not None for n in found), dtype=np.bool_, count=len(found))
+        wanted &= req.counts > 0
+        new: dict[bytes, dict[str, str]] = {}
+        skipped: set[bytes] = set()
+        for i in np.flatnonzero(~wanted & (req.counts > 0)).tolist():
+            key = req.labels[i]
+            if key not in new:
+                if key in unwanted or key in skipped:
                     continue
-                series = decode_labels(key)  # BadBody before anything is kept
-                if series.get("__name__") not in names:
-                    new.append(key)
+                labels = decode_labels(key)  # BadBody before anything is kept
+                if labels.get("__name__") not in names:
+                    skipped.add(key)
                     continue
-            points = [(p.timestamp, p.value) for p in samples]
-            wanted.append((key, series, points))
-            total += len(points)
-        accepted = duplicates = out_of_order = too_new = 0
+                new[key] = labels
+            wanted[i] = True
+        take = np.repeat(wanted, req.counts)
+        t_ms, values = req.t_ms[take], req.values[take]
+        keys = [req.labels[i] for i in np.flatnonzero(wanted).tolist()]
         limit_ms = int(self.clock() * 1000) + MAX_AHEAD_MS
         with self._lock:
             self.stats.requests += 1
-            if total and self._buffered + total > self.max_samples:
+            if t_ms.size and self._buffered + t_ms.size > self.max_samples:
                 self.stats.refused += 1
                 raise BufferFull(self.retry_after_s)
-            self._not_wanted(new)
-            if self._series is not known:  # pruned since: look up again (parsed labels kept)
-                wanted = [(k, self._series.get(k) or _labels_of(sr), p) for k, sr, p in wanted]
-            pending = self._pending
-            for key, found, points in wanted:
-                if isinstance(found, _Series):
-                    s = found
-                else:  # new: made once, should the request hold it twice
-                    s = self._series.get(key) or self._series.setdefault(key, _Series(found))
-                was_pending = bool(s.points)
-                for t, v in points:
-                    if t > s.newest_ms:
-                        if t > limit_ms:
-                            too_new += 1
-                            continue
-                        s.newest_ms, s.newest_v = t, v
-                        s.points.append((t / 1000.0, v))
-                        accepted += 1
-                    elif t == s.newest_ms and (v == s.newest_v or (math.isnan(v) and math.isnan(s.newest_v))):
-                        duplicates += 1
-                    else:
-                        out_of_order += 1
-                if s.points and not was_pending:
-                    pending.append(s)
+            self._not_wanted(skipped)
+            numbers = list(map(self._ids.get, keys))  # again: a prune may have renumbered them
+            for i, n in enumerate(numbers):
+                if n is None:
+                    numbers[i] = self._number(keys[i], new)
+            series = np.repeat(np.array(numbers, dtype=np.intp), req.counts[wanted])
+            kept, duplicates, out_of_order, too_new = self._judge(series, t_ms, values, limit_ms)
+            if kept.any():
+                self._pending.append((series[kept], t_ms[kept], values[kept]))
+            accepted = int(kept.sum())
             self._buffered += accepted
             st = self.stats
             st.accepted += accepted
             st.duplicates += duplicates
             st.out_of_order += out_of_order
             st.too_new += too_new
-            st.series = len(self._series)
+            st.series = len(self._ids)
         return Stats(1, 0, accepted, duplicates, out_of_order, too_new)
 
-    def _not_wanted(self, keys: list[tuple[bytes, ...]]) -> None:
+    def _number(self, key: bytes, new: Mapping[bytes, dict[str, str]]) -> int:
+        """The number of the series ``key``, numbering it if new (labels parsed already, or
+        again: a prune may have forgotten it since the request was read)."""
+        n = self._ids.get(key)
+        if n is None:
+            n = self._ids[key] = len(self._labels)
+            self._labels.append(new.get(key) or decode_labels(key))
+            if n >= self._newest_ms.size:
+                grow = max(1024, n)
+                self._newest_ms = np.concatenate([self._newest_ms, np.full(grow, _NEVER, dtype=np.int64)])
+                self._newest_v = np.concatenate([self._newest_v, np.full(grow, np.nan)])
+        return n
+
+    def _judge(
+        self, series: IntArray, t: IntArray, v: FloatArray, limit_ms: int
+    ) -> tuple[npt.NDArray[np.bool_], int, int, int]:
+        """Which samples are kept, and how many were duplicates, out of order and too new, by
+        the per-series rules in the module docstring. A series with one sample in the request
+        (nearly all) is judged with the others at once; the rest one sample after another."""
+        newest_ms, newest_v = self._newest_ms, self._newest_v
+        _, inverse, count = np.unique(series, return_inverse=True, return_counts=True)
+        alone = count[inverse.reshape(-1)] == 1
+        s = series[alone]
+        was_ms, was_v = newest_ms[s], newest_v[s]
+        newer = t[alone] > was_ms
+        late = newer & (t[alone] > limit_ms)
+        take = newer & ~late
+        same = (v[alone] == was_v) | (np.isnan(v[alone]) & np.isnan(was_v))
+        duplicates = int((~newer & (t[alone] == was_ms) & same).sum())
+        kept = np.zeros(series.size, dtype=np.bool_)
+        kept[np.flatnonzero(alone)[take]] = True
+        newest_ms[s[take]], newest_v[s[take]] = t[alone][take], v[alone][take]
+        too_new = int(late.sum())
+        for i in np.flatnonzero(~alone).tolist():
+            n, ti, vi = int(series[i]), int(t[i]), float(v[i])
+            if ti > newest_ms[n]:
+                if ti > limit_ms:
+                    too_new += 1
+                    continue
+                newest_ms[n], newest_v[n] = ti, vi
+                kept[i] = True
+            elif ti == newest_ms[n] and (vi == newest_v[n] or (math.isnan(vi) and math.isnan(newest_v[n]))):
+                duplicates += 1
+        return kept, duplicates, int(series.size - kept.sum()) - duplicates - too_new, too_new
+
+    def _not_wanted(self, keys: Collection[bytes]) -> None:
         """Series gpusteward does not read (a Prometheus sends all it scrapes): skipped from now on
         without a look at their labels. Forgotten all at once past a bound."""
         if len(self._unwanted) + len(keys) > MAX_UNWANTED:
             self._unwanted = set()
         self._unwanted.update(keys)
 
-    def drain(self) -> list[RawSeries]:
+    def drain_batch(self) -> Batch:
         """The samples received since the last drain, per series, oldest first."""
         with self._lock:
             pending, self._pending, self._buffered = self._pending, [], 0
-            out = [RawSeries(s.labels, s.points) for s in pending]
-            for s in pending:
-                s.points = []
+            series = np.concatenate([p[0] for p in pending]) if pending else np.zeros(0, dtype=np.intp)
+            numbers, first = np.unique(series, return_index=True)
+            by_arrival = numbers[np.argsort(first, kind="stable")]
+            labels = [self._labels[n] for n in by_arrival.tolist()]
             now = self.clock()
             if now - self._pruned_at >= self.forget_after_s / 4:
                 self._prune(now)
-        return out
+        if not pending:
+            return Batch([], np.zeros(1, dtype=np.intp), np.zeros(0), np.zeros(0))
+        rank = np.empty(int(numbers.max()) + 1, dtype=np.intp)
+        rank[by_arrival] = np.arange(by_arrival.size)
+        order = np.argsort(rank[series], kind="stable")  # grouped by series, arrival order within
+        t_ms = np.concatenate([p[1] for p in pending])[order]
+        values = np.concatenate([p[2] for p in pending])[order]
+        bounds = np.searchsorted(rank[series][order], np.arange(by_arrival.size + 1))
+        return Batch(labels, bounds.astype(np.intp), t_ms / 1000.0, values)
+
+    def drain(self) -> list[RawSeries]:
+        """``drain_batch`` as one ``RawSeries`` per series."""
+        return self.drain_batch().series()
 
     def _prune(self, now: float) -> None:
-        """Forget the order of series silent for ``forget_after_s`` (gone GPUs, old pods)."""
-        cutoff = (now - self.forget_after_s) * 1000
-        self._series = {k: s for k, s in self._series.items() if s.newest_ms >= cutoff or s.points}
+        """Forget the order of series silent for ``forget_after_s`` (gone GPUs, old pods); the
+        others are numbered again (nothing is pending: the drain took it)."""
+        n = len(self._labels)
+        keep = self._newest_ms[:n] >= (now - self.forget_after_s) * 1000
+        renumber = np.cumsum(keep) - 1
+        self._ids = {k: int(renumber[i]) for k, i in self._ids.items() if keep[i]}
+        self._labels = [lb for lb, k in zip(self._labels, keep.tolist(), strict=True) if k]
+        self._newest_ms = self._newest_ms[:n][keep]
+        self._newest_v = self._newest_v[:n][keep]
         self._pruned_at = now
-        self.stats.series = len(self._series)
-
-
-def _labels_of(found: _Series | dict[str, str]) -> dict[str, str]:
-    return found.labels if isinstance(found, _Series) else found
+        self.stats.series = len(self._ids)
 
 
 _active: Receiver | None = None

@@ -36,8 +36,7 @@ class RemoteWriteSource:
         activate(self.receiver)
         book = self.book
         asm = book._assembler()
-        for series in self.receiver.drain():
-            asm.add(series)
+        asm.add_batch(self.receiver.drain_batch())
         slots = asm.slots()
         book._absorb_gpus(asm)
         changed = False

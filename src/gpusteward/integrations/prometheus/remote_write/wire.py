@@ -10,9 +10,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from gpusteward.domain.errors import SourceUnavailable
+from gpusteward.integrations.prometheus.remote_write.walk import Malformed, Request, columns
 
 if TYPE_CHECKING:
-    from gpusteward.integrations.prometheus.remote_write.proto.remote_pb2 import WriteRequestRaw
     from gpusteward.integrations.prometheus.remote_write.proto.types_pb2 import Label
 
 EXTRA = "pip install 'gpusteward[remote-write]'"
@@ -45,10 +45,10 @@ def available() -> str:
     return ""
 
 
-def decode(body: bytes, max_decoded_bytes: int) -> WriteRequestRaw:
-    """The request in ``body``, each series' labels left encoded (``labels``). The length snappy
-    declares is checked before decompressing: a small body can claim (and expand to) many times
-    its size."""
+def decode(body: bytes, max_decoded_bytes: int) -> Request:
+    """The request in ``body``, as columns (``walk.Request``: each series' labels left encoded).
+    The length snappy declares is checked before decompressing: a small body can claim (and
+    expand to) many times its size."""
     snappy, pb = _libs()
     try:
         size = snappy.decompress_raw_len(body)
@@ -60,26 +60,24 @@ def decode(body: bytes, max_decoded_bytes: int) -> WriteRequestRaw:
         raw = bytes(snappy.decompress_raw(body))
     except Exception as e:
         raise BadBody(f"not a snappy block: {e}") from e
-    req: WriteRequestRaw = pb.WriteRequestRaw()
     try:
-        req.ParseFromString(raw)
-    except Exception as e:  # google.protobuf.message.DecodeError
-        raise BadBody(f"not a prometheus.WriteRequest: {e}") from e
-    return req
+        return columns(raw, pb)
+    except Malformed as e:
+        raise BadBody(str(e)) from e
 
 
-def labels(encoded: Iterable[bytes]) -> dict[str, str]:
-    """A series' labels from their encoded ``Label`` messages."""
-    _libs()
+def labels(encoded: bytes) -> dict[str, str]:
+    """A series' labels from their encoded ``Label`` fields (``Request.labels``)."""
+    _, pb = _libs()
     from gpusteward.integrations.prometheus.remote_write.proto.types_pb2 import Label as LabelMessage
 
     out = {}
-    for raw in encoded:
-        try:
+    try:
+        for raw in pb.TimeSeriesRaw.FromString(encoded).labels:
             lb: Label = LabelMessage.FromString(raw)
-        except Exception as e:
-            raise BadBody(f"not a prometheus.Label: {e}") from e
-        out[lb.name] = lb.value
+            out[lb.name] = lb.value
+    except Exception as e:
+        raise BadBody(f"not a prometheus.Label: {e}") from e
     return out
 
 

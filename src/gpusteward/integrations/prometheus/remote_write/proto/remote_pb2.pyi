@@ -25,5 +25,19 @@ class TimeSeriesRaw(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     labels: _containers.RepeatedScalarFieldContainer[bytes]
-    samples: _containers.RepeatedCompositeFieldContainer[_types_pb2.Sample]
-    def __init__(self, labels: _Optional[_Iterable[bytes]] = ..., samples: _Optional[_Iterable[_Union[_types_pb2.Sample, _Mapping]]] = ...) -> None: ...
+    samples: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, labels: _Optional[_Iterable[bytes]] = ..., samples: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class WriteRequestFlat(_message.Message):
+    __slots__ = ("timeseries",)
+    TIMESERIES_FIELD_NUMBER: _ClassVar[int]
+    timeseries: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, timeseries: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class SampleColumns(_message.Message):
+    __slots__ = ("value", "timestamp")
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    value: _containers.RepeatedScalarFieldContainer[float]
+    timestamp: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, value: _Optional[_Iterable[float]] = ..., timestamp: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -1,0 +1,218 @@
+"""A decompressed ``WriteRequest`` as columns, without a Python object per series or sample.
+
+The upb runtime hands over each series as its encoded bytes (``WriteRequestFlat``). numpy then
+walks the fields of every series at once, one field per step: the leading ``labels`` fields
+(tag 0x0A) are the series' key, kept encoded, and the ``samples`` fields (tag 0x12) are cut out
+and parsed together by upb as one ``SampleColumns``. What the walk does not expect (a label after
+a sample, a tag over one byte, a Sample encoded in another field order) sends the request down
+the plain path instead: upb's objects, one series at a time. Both give the same ``Request``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.intp]
+Bytes = npt.NDArray[np.uint8]
+_LABEL, _SAMPLE = 0x0A, 0x12  # fields 1 and 2, length-delimited
+_VALUE_TAG, _TIME_TAG = 0x09, 0x10  # a Sample's value (fixed64) and timestamp (varint)
+_PAD = 16  # zero bytes after the buffer: a varint read may look past a field's end
+
+
+class Malformed(ValueError):
+    """The bytes are not a WriteRequest."""
+
+
+class _Unexpected(Exception):
+    """Valid protobuf the walk does not handle: take the plain path."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """Per series: its labels still encoded (its ``Label`` fields as on the wire: what tells one
+    series from another) and how many samples it has; per sample, series after series in the
+    order they came: its timestamp (ms) and value."""
+
+    labels: list[bytes]
+    counts: IntArray
+    t_ms: npt.NDArray[np.int64]
+    values: npt.NDArray[np.float64]
+
+
+def columns(raw: bytes, pb: ModuleType) -> Request:
+    """``raw`` (a decompressed WriteRequest) as a ``Request``; ``pb``: the generated remote_pb2."""
+    try:
+        series = list(pb.WriteRequestFlat.FromString(raw).timeseries)
+    except Exception as e:  # google.protobuf.message.DecodeError
+        raise Malformed(f"not a prometheus.WriteRequest: {e}") from e
+    try:
+        return _walk(series, pb)
+    except _Unexpected:
+        return _plain(raw, pb)
+
+
+def _walk(series: list[bytes], pb: ModuleType) -> Request:
+    joined = b"".join(series)
+    buf = np.frombuffer(joined + b"\0" * _PAD, dtype=np.uint8)
+    sizes = np.fromiter(map(len, series), dtype=np.intp, count=len(series))
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    labels_end = _labels_end(buf, starts, ends)
+    owner, at, size = _samples(buf, labels_end, ends)
+    keys = [joined[a:b] for a, b in zip(starts.tolist(), labels_end.tolist(), strict=True)]
+    counts = np.bincount(owner, minlength=len(series)).astype(np.intp)
+    t_ms, values = _sample_columns(buf, at, size, pb)
+    return Request(keys, counts, t_ms, values)
+
+
+def _labels_end(buf: Bytes, starts: IntArray, ends: IntArray) -> IntArray:
+    """Where each series' leading run of label fields ends."""
+    pos = starts.copy()
+    live = np.flatnonzero(pos < ends)
+    while live.size:
+        at = pos[live]
+        label = buf[at] == _LABEL
+        live, at = live[label], at[label]
+        if not live.size:
+            break
+        size = buf[at + 1].astype(np.intp)
+        if (size < 0x80).all():  # the common case: a label under 128 bytes, a one-byte length
+            nxt = at + 2 + size
+            if (nxt > ends[live]).any():
+                raise Malformed("a field runs past the end of its series")
+        else:
+            nxt = _next_field(buf, at, ends[live])
+        pos[live] = nxt
+        live = live[nxt < ends[live]]
+    return pos
+
+
+def _samples(buf: Bytes, pos: IntArray, ends: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+    """Every sample field after the labels: its series, where its payload starts, its size;
+    grouped by series, in order within each. Other fields (exemplars, histograms) are skipped."""
+    pos = pos.copy()
+    owners, starts, sizes = [], [], []
+    live = np.flatnonzero(pos < ends)
+    while live.size:
+        tag = buf[pos[live]]
+        if (tag == _LABEL).any():  # a label after a sample: valid, but not this walk's
+            raise _Unexpected
+        nxt = _next_field(buf, pos[live], ends[live])
+        mine = live[tag == _SAMPLE]
+        if mine.size:
+            payload = pos[mine] + 1 + _varint(buf, pos[mine] + 1)[1]
+            owners.append(mine)
+            starts.append(payload)
+            sizes.append(nxt[tag == _SAMPLE] - payload)
+        pos[live] = nxt
+        live = live[nxt < ends[live]]
+    if not owners:
+        empty = np.zeros(0, dtype=np.intp)
+        return empty, empty, empty
+    owner = np.concatenate(owners)
+    order = np.argsort(owner, kind="stable")  # each step took one field of every series
+    return owner[order], np.concatenate(starts)[order], np.concatenate(sizes)[order]
+
+
+def _next_field(buf: Bytes, pos: IntArray, ends: IntArray) -> IntArray:
+    """Where the field after the one at each ``pos`` starts (checked against its series' end)."""
+    tag = buf[pos]
+    if (tag & 0x80).any():  # a field number over 15: no field of these messages
+        raise _Unexpected
+    wire = tag & 7
+    if ((wire == 3) | (wire == 4) | (wire > 5)).any():  # groups: valid once, for upb to judge
+        raise _Unexpected
+    after = pos + 1
+    value = np.zeros(pos.size, dtype=np.uint64)
+    size = np.zeros(pos.size, dtype=np.intp)
+    varint = (wire == 0) | (wire == 2)
+    value[varint], size[varint] = _varint(buf, after[varint])
+    if ((wire == 2) & (value > np.uint64(ends.max(initial=0)))).any():
+        raise Malformed("a field is longer than its message")
+    nxt = np.select(
+        [wire == 0, wire == 1, wire == 2],
+        [after + size, after + 8, after + size + value.astype(np.intp)],
+        default=after + 4,  # wire type 5: fixed32
+    )
+    if (nxt > ends).any():
+        raise Malformed("a field runs past the end of its series")
+    return nxt
+
+
+def _varint(buf: Bytes, pos: IntArray) -> tuple[npt.NDArray[np.uint64], IntArray]:
+    """The varint at each ``pos``: its value and how many bytes it takes."""
+    value = np.zeros(pos.size, dtype=np.uint64)
+    size = np.zeros(pos.size, dtype=np.intp)
+    going = np.ones(pos.size, dtype=np.bool_)
+    for k in range(10):
+        b = buf[np.minimum(pos + k, buf.size - 1)].astype(np.uint64)
+        value[going] |= (b[going] & np.uint64(0x7F)) << np.uint64(7 * k)
+        size += going
+        going &= b >= 0x80
+        if not going.any():
+            return value, size
+    raise Malformed("a varint longer than 10 bytes")
+
+
+def _sample_columns(
+    buf: Bytes, at: IntArray, size: IntArray, pb: ModuleType
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """The samples' timestamps and values. Their payloads one after another parse as one
+    ``SampleColumns``; a Sample leaves out a 0 value (9 bytes) or timestamp, so its first bytes
+    say which it has, and its size must then be exactly what those take."""
+    n = at.size
+    offsets = np.cumsum(size) - size
+    content = buf[np.repeat(at - offsets, size) + np.arange(int(size.sum()))].tobytes()
+    try:
+        cols = pb.SampleColumns.FromString(content)
+    except Exception as e:
+        raise Malformed(f"not a prometheus.Sample: {e}") from e
+    has_value = (size > 0) & (buf[at] == _VALUE_TAG)
+    has_time = (size > 9 * has_value) & (buf[at + 9 * has_value] == _TIME_TAG)
+    if len(cols.value) != has_value.sum() or len(cols.timestamp) != has_time.sum():
+        raise _Unexpected
+    values = np.zeros(n, dtype=np.float64)
+    times = np.zeros(n, dtype=np.int64)
+    values[has_value] = cols.value
+    times[has_time] = cols.timestamp
+    expected = 9 * has_value
+    expected[has_time] += 1 + _varint(buf, at[has_time] + expected[has_time] + 1)[1]
+    if (size != expected).any():
+        raise _Unexpected
+    return times, values
+
+
+def _plain(raw: bytes, pb: ModuleType) -> Request:
+    """The same ``Request`` through upb's objects, one series at a time."""
+    from gpusteward.integrations.prometheus.remote_write.proto.types_pb2 import Sample
+
+    try:
+        req = pb.WriteRequestRaw.FromString(raw)
+        keys, counts, times, values = [], [], [], []
+        for ts in req.timeseries:
+            keys.append(b"".join(bytes([_LABEL]) + _encode_varint(len(lb)) + lb for lb in ts.labels))
+            counts.append(len(ts.samples))
+            for s in map(Sample.FromString, ts.samples):
+                times.append(s.timestamp)
+                values.append(s.value)
+    except Exception as e:
+        raise Malformed(f"not a prometheus.WriteRequest: {e}") from e
+    return Request(
+        keys,
+        np.array(counts, dtype=np.intp),
+        np.array(times, dtype=np.int64),
+        np.array(values, dtype=np.float64),
+    )
+
+
+def _encode_varint(x: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, x = x & 0x7F, x >> 7
+        out.append(b | (0x80 if x else 0))
+        if not x:
+            return bytes(out)

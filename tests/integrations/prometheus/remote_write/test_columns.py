@@ -1,0 +1,202 @@
+"""The receiver's column paths against plain models of what they replace: a request walked as
+columns (``walk``) is what protobuf parses, whatever the field order and encoding; the order
+rules judged for a whole request are the per-sample rules of receiver.py's docstring; a drained
+batch filed whole (``Assembler.add_batch``) folds as its series filed one by one."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import cramjam
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpusteward.integrations.prometheus.assemble import Assembler
+from gpusteward.integrations.prometheus.parse import DEFAULT_SPECS, LabelMap
+from gpusteward.integrations.prometheus.remote_write import Receiver, decode, encode, walk
+from gpusteward.integrations.prometheus.remote_write.proto.remote_pb2 import WriteRequest
+from gpusteward.integrations.prometheus.remote_write.proto.types_pb2 import Label, Sample
+from gpusteward.integrations.prometheus.remote_write.receiver import MAX_AHEAD_MS
+from gpusteward.integrations.prometheus.remote_write.wire import BadBody
+from gpusteward.integrations.prometheus.remote_write.wire import labels as label_dict
+
+T0 = 1_760_000_000_000  # ms
+_value = st.one_of(st.sampled_from([0.0, -0.0, 1.5, math.nan, math.inf]), st.floats(allow_nan=False))
+_time = st.one_of(st.sampled_from([0, T0, -5]), st.integers(-(2**63), 2**63 - 1))
+
+
+def _varint(x: int) -> bytes:
+    x &= 2**64 - 1
+    out = bytearray()
+    while True:
+        b, x = x & 0x7F, x >> 7
+        out.append(b | (0x80 if x else 0))
+        if not x:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return bytes([number << 3 | 2]) + _varint(len(payload)) + payload
+
+
+def _sample(value: float, t: int, how: str) -> bytes:
+    """A Sample as an encoder may write it: as protobuf does (a 0 left out), fields reversed, a
+    field unknown here, or the value twice (the last one counts)."""
+    v, ts = b"\x09" + struct.pack("<d", value), b"\x10" + _varint(t)
+    return {
+        "plain": Sample(value=value, timestamp=t).SerializeToString(),
+        "reversed": ts + v,
+        "unknown": v + ts + b"\x18" + _varint(7),
+        "twice": b"\x09" + struct.pack("<d", 42.0) + v + ts,
+    }[how]
+
+
+_label = st.tuples(st.sampled_from(["__name__", "UUID", "pod", "\u00e9"]), st.text("ab\u00e9x", max_size=3))
+_how = st.sampled_from(["plain", "plain", "reversed", "unknown", "twice"])
+_series = st.tuples(
+    st.lists(_label, max_size=4, unique_by=lambda kv: kv[0]),
+    st.lists(st.tuples(_value, _time, _how), max_size=4),
+    st.sampled_from(["labels first", "a label last", "an exemplar", "a long label"]),
+)
+Drawn = list[tuple[list[tuple[str, str]], list[tuple[float, int, str]], str]]
+
+
+def _body(series: Drawn) -> bytes:
+    out = b""
+    for labels, samples, shape in series:
+        lbs = [_field(1, Label(name=k, value=v).SerializeToString()) for k, v in labels]
+        if shape == "a long label":  # a length over 127: a two-byte varint
+            lbs.append(_field(1, Label(name="long", value="x" * 200).SerializeToString()))
+        sms = [_field(2, _sample(v, t, how)) for v, t, how in samples]
+        if shape == "a label last" and lbs and sms:
+            fields = lbs[:-1] + sms + lbs[-1:]
+        else:
+            fields = lbs + sms + ([_field(3, b"\x0a\x00")] if shape == "an exemplar" else [])
+        out += _field(1, b"".join(fields))
+    return bytes(cramjam.snappy.compress_raw(out))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_series, max_size=8))
+def test_a_request_walked_as_columns_is_what_protobuf_parses(series: Drawn) -> None:
+    body = _body(series)
+    req = decode(body, 1 << 24)
+    ref = WriteRequest.FromString(bytes(cramjam.snappy.decompress_raw(body)))
+    expected = [{lb.name: lb.value for lb in ts.labels} for ts in ref.timeseries]
+    assert [label_dict(key) for key in req.labels] == expected
+    assert req.counts.tolist() == [len(ts.samples) for ts in ref.timeseries]
+    assert req.t_ms.tolist() == [s.timestamp for ts in ref.timeseries for s in ts.samples]
+    packed = [struct.pack("<d", v) for v in req.values.tolist()]
+    assert packed == [struct.pack("<d", s.value) for ts in ref.timeseries for s in ts.samples]
+
+
+def test_a_series_cut_short_is_a_bad_body() -> None:
+    label = _field(1, Label(name="UUID", value="GPU-1").SerializeToString())
+    inner = label + _field(2, _sample(1.0, T0, "plain"))
+    for cut in (inner[:-3], inner[:3], inner + b"\x12\x40"):
+        with pytest.raises(BadBody):
+            decode(bytes(cramjam.snappy.compress_raw(_field(1, cut))), 1 << 24)
+
+
+def _model(
+    requests: list[list[tuple[int, int, float]]], limit_ms: int
+) -> tuple[dict[int, list[tuple[int, float]]], list[int]]:
+    """The order rules one sample at a time: kept points per series, and the counts
+    (accepted, duplicates, out of order, too new)."""
+    newest: dict[int, tuple[int, float]] = {}
+    kept: dict[int, list[tuple[int, float]]] = {}
+    counts = [0, 0, 0, 0]
+    for req in requests:
+        for k, t, v in req:
+            nt, nv = newest.get(k, (-(2**63), math.nan))
+            if t > nt:
+                if t > limit_ms:
+                    counts[3] += 1
+                    continue
+                newest[k] = (t, v)
+                kept.setdefault(k, []).append((t, v))
+                counts[0] += 1
+            elif t == nt and (v == nv or (math.isnan(v) and math.isnan(nv))):
+                counts[1] += 1
+            else:
+                counts[2] += 1
+    return kept, counts
+
+
+_point = st.tuples(
+    st.integers(0, 3),  # series
+    st.sampled_from([T0 + 1000 * k for k in range(6)] + [T0 + 6000 + MAX_AHEAD_MS]),  # the last: too new
+    st.sampled_from([1.0, 2.0, math.nan]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_point, max_size=8), max_size=5))
+def test_a_request_is_judged_as_its_samples_one_by_one(requests: list[list[tuple[int, int, float]]]) -> None:
+    now_s = (T0 + 5000) / 1000
+    rx = Receiver(["DCGM_FI_DEV_GPU_UTIL"], clock=lambda: now_s)
+    for req in requests:
+        body = encode(
+            ({"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": f"GPU-{k}"}, [(t, v)]) for k, t, v in req
+        )  # one series entry per sample: a series may come several times in one request
+        rx.push(decode(body, 1 << 24))
+    kept, counts = _model(requests, int(now_s * 1000) + MAX_AHEAD_MS)
+    st_ = rx.stats
+    assert [st_.accepted, st_.duplicates, st_.out_of_order, st_.too_new] == counts
+    drained = {int(s.labels["UUID"][4:]): s.points for s in rx.drain()}
+    expected = {k: [(t / 1000, v) for t, v in pts] for k, pts in kept.items()}
+    assert drained.keys() == expected.keys()
+    for k, pts in expected.items():
+        assert [(t, struct.pack("<d", v)) for t, v in drained[k]] == [
+            (t, struct.pack("<d", v)) for t, v in pts
+        ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(_point, max_size=8), max_size=4))
+def test_a_batch_folds_as_its_series_one_by_one(requests: list[list[tuple[int, int, float]]]) -> None:
+    rx = Receiver(["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"], clock=lambda: T0 / 1000)
+    for req in requests:
+        body = encode(
+            (
+                {
+                    "__name__": "DCGM_FI_DEV_GPU_UTIL" if k % 2 else "DCGM_FI_DEV_FB_USED",
+                    "UUID": f"GPU-{k // 2}",
+                    "pod": f"p{k}",
+                    "namespace": "ml",
+                },
+                [(t, v)],
+            )
+            for k, t, v in req
+        )
+        rx.push(decode(body, 1 << 24))
+    batch = rx.drain_batch()
+    whole, one_by_one = (Assembler(DEFAULT_SPECS, LabelMap(), 10.0) for _ in range(2))
+    whole.add_batch(batch)
+    for s in batch.series():
+        one_by_one.add(s)
+    slots = [whole.slots(), one_by_one.slots()]
+    assert [[(s.start_s, list(s.samples), dict(s.holders)) for s in slot] for slot in slots[:1]] == [
+        [(s.start_s, list(s.samples), dict(s.holders)) for s in slot] for slot in slots[1:]
+    ]
+
+
+def test_a_request_as_the_senders_encode_it_is_walked_not_parsed_series_by_series(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def plain(raw: bytes, pb: object) -> None:
+        raise AssertionError("took the one-series-at-a-time path")
+
+    monkeypatch.setattr(walk, "_plain", plain)
+    body = encode(
+        (
+            {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": f"GPU-{i}", "pod": "x" * 150},
+            [(T0, float(i % 3)), (T0 + 1, 0.0)],
+        )
+        for i in range(50)
+    )
+    req = decode(body, 1 << 24)
+    assert req.counts.tolist() == [2] * 50
+    assert req.values.tolist()[:6] == [0.0, 0.0, 1.0, 0.0, 2.0, 0.0]
