@@ -64,8 +64,8 @@ class ScriptedMetrics:
     def observe(self, now: Any) -> Any:
         from gpusteward.domain.errors import SourceError
         from gpusteward.domain.models import Gpu, Observation, Sample, WorkloadKind
-        from gpusteward.integrations.prometheus.assemble import build_workloads
         from gpusteward.integrations.prometheus.parse import Holder
+        from gpusteward.integrations.prometheus.workloads import build_workloads
 
         if self.fail:
             raise SourceError(self.fail)

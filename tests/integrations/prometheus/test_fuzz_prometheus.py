@@ -17,9 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.fuzzing import JSON, mutated_json, mutated_lines
 
 from gpusteward.domain.errors import SourceError
-from gpusteward.integrations.prometheus.assemble import Assembler, build_workloads
+from gpusteward.integrations.prometheus.assemble import Assembler
 from gpusteward.integrations.prometheus.parse import DEFAULT_SPECS, LabelMap
 from gpusteward.integrations.prometheus.query import RawSeries, parse_api_result
+from gpusteward.integrations.prometheus.workloads import build_workloads
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "prometheus"
 SCRAPES = {

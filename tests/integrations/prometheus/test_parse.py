@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import WorkloadKind
-from gpusteward.integrations.prometheus.assemble import Assembler, build_workloads
+from gpusteward.integrations.prometheus.assemble import Assembler
 from gpusteward.integrations.prometheus.parse import (
     DEFAULT_SPECS,
     LabelMap,
@@ -21,6 +21,7 @@ from gpusteward.integrations.prometheus.parse import (
     identify_holder,
 )
 from gpusteward.integrations.prometheus.query import RawSeries, parse_api_result, shard_patterns
+from gpusteward.integrations.prometheus.workloads import build_workloads
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "prometheus"
 IGNORE = re.compile("(nvidia-)?dcgm-exporter.*")

@@ -1,7 +1,7 @@
 """Folding exporter series into gpusteward's view: ``Assembler`` turns many series into one
-``Sample`` per GPU per window slot (newest value of each field in the slot, at the time of the
-newest of them) and the holder of each GPU in that slot; ``build_workloads`` turns the holders
-into workloads. Pure, like ``parse``.
+sample per GPU per window slot (newest value of each field in the slot, at the time of the
+newest of them) and the holder of each GPU in that slot; ``workloads.build_workloads`` turns the
+holders into workloads. Pure, like ``parse``.
 """
 
 from __future__ import annotations
@@ -11,15 +11,13 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from gpusteward.domain.classes import CLASS_KEY
-from gpusteward.domain.models import Gpu, Metric, Owner, Workload, WorkloadKind
+from gpusteward.domain.models import Gpu, Metric
 from gpusteward.domain.sample_table import SampleTable
 from gpusteward.integrations.prometheus.parse import (
     FP64_BLANK,
@@ -55,20 +53,25 @@ class Identities:
 
     def __init__(self, max_entries: int = 1_000_000) -> None:
         self.max_entries = max_entries
-        self._known: dict[frozenset[tuple[str, str]], tuple[GpuIdentity | None, Holder | None]] = {}
+        self._known: dict[bytes | frozenset[tuple[str, str]], tuple[GpuIdentity | None, Holder | None]] = {}
 
     def identify(
-        self, labels: Mapping[str, str], lm: LabelMap, ignore_pods: re.Pattern[str] | None
+        self,
+        labels: Mapping[str, str],
+        lm: LabelMap,
+        ignore_pods: re.Pattern[str] | None,
+        key: bytes | None = None,
     ) -> tuple[GpuIdentity | None, Holder | None]:
-        # The whole label set, metric name included: cheaper to key on than to filter the name out.
-        key = frozenset(labels.items())
-        known = self._known.get(key)
+        """``key``: the labels as one bytes, the same every time they come (remote write's
+        encoded labels); by default the whole label set, metric name included."""
+        known_key: bytes | frozenset[tuple[str, str]] = frozenset(labels.items()) if key is None else key
+        known = self._known.get(known_key)
         if known is None:
             if len(self._known) >= self.max_entries:
                 self._known.clear()
             gpu_id = identify_gpu(labels, lm)
             holder = identify_holder(labels, lm, ignore_pods) if gpu_id else None
-            known = self._known[key] = (gpu_id, holder)
+            known = self._known[known_key] = (gpu_id, holder)
         return known
 
     def __len__(self) -> int:
@@ -143,21 +146,26 @@ class Assembler:
     def add_batch(self, batch: Batch) -> None:
         """File every series of a remote-write drain, its points as they are: arrays."""
         self._seal()
-        found = [self._file(labels, labels.get("__name__", ""), True) for labels in batch.labels]
+        found = [
+            self._file(labels, labels.get("__name__", ""), True, key)
+            for labels, key in zip(batch.labels, batch.keys, strict=True)
+        ]
         numbers = np.array([-1 if n is None else n for n in found], dtype=np.intp)
         series = np.repeat(numbers, np.diff(batch.bounds))
         filed = series >= 0
         if filed.any():
             self._filed.append((series[filed], batch.t_s[filed], _valid(batch.values[filed])))
 
-    def _file(self, labels: Mapping[str, str], name: str, has_points: bool) -> int | None:
+    def _file(
+        self, labels: Mapping[str, str], name: str, has_points: bool, key: bytes | None = None
+    ) -> int | None:
         """The number of a series with points to fold; -1 for one that names a known metric and
         a GPU but has nothing to fold (info, a process outside any pod or job, no points); None
         for one that names no known metric or no GPU."""
         spec = self.specs.get(name)
         if spec is None:
             return None
-        ident, holder = self._seen.identify(labels, self.lm, self.ignore_pods)
+        ident, holder = self._seen.identify(labels, self.lm, self.ignore_pods, key)
         if ident is None:
             return None
         self.series += 1
@@ -343,47 +351,3 @@ def _merge(a: GpuIdentity, b: GpuIdentity) -> GpuIdentity:
         a.model or b.model,
         a.parent or b.parent,
     )
-
-
-_NO_LABELS: Mapping[str, str] = MappingProxyType({})
-
-
-def build_workloads(
-    holders: Mapping[str, Holder | None],
-    started: Mapping[str, datetime],
-    node_of: Mapping[str, str],
-    default_class: str = "unknown",
-) -> tuple[Workload, ...]:
-    """One workload per holder, with the GPUs it holds. ``started`` must name every holder.
-    A pod gets ``default_class`` (the series say nothing of its owner's kind)."""
-    pod_labels = _NO_LABELS if default_class == "unknown" else MappingProxyType({CLASS_KEY: default_class})
-    grouped: dict[str, tuple[Holder, list[str]]] = {}
-    for uuid, h in holders.items():
-        if h is not None:
-            grouped.setdefault(h.id, (h, []))[1].append(uuid)
-    out = []
-    for wid, (h, uuids) in sorted(grouped.items()):
-        uuids.sort()
-        ref = {"node": node_of.get(uuids[0], "")}
-        if h.kind is WorkloadKind.POD:
-            ref.update(namespace=h.namespace, pod=h.name, container=h.container)
-            if h.pod_uid:
-                ref["pod_uid"] = h.pod_uid
-        else:
-            ref["job_id"] = h.name
-        out.append(
-            Workload(
-                id=wid,
-                kind=h.kind,
-                name=h.name,
-                owner=Owner(user=h.user, team=h.namespace),
-                gpus_requested=len(uuids),
-                gpu_uuids=tuple(uuids),
-                started_at=started[wid],
-                source="prometheus",
-                labels=pod_labels if h.kind is WorkloadKind.POD else _NO_LABELS,
-                annotations=_NO_LABELS,
-                ref=MappingProxyType(ref),
-            )
-        )
-    return tuple(out)

@@ -24,7 +24,7 @@ from datetime import datetime
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import Gpu, Observation, Sample, Workload, utc
 from gpusteward.domain.sample_table import SampleTable
-from gpusteward.integrations.prometheus.assemble import Assembler, Identities, Slot, build_workloads
+from gpusteward.integrations.prometheus.assemble import Assembler, Identities, Slot
 from gpusteward.integrations.prometheus.client import PrometheusClient, QueryResult, TooManySamples
 from gpusteward.integrations.prometheus.parse import (
     DEFAULT_SPECS,
@@ -36,6 +36,7 @@ from gpusteward.integrations.prometheus.parse import (
     identify_holder,
 )
 from gpusteward.integrations.prometheus.query import RawSeries, names_regex, shard_patterns
+from gpusteward.integrations.prometheus.workloads import build_workloads
 
 log = logging.getLogger(__name__)
 

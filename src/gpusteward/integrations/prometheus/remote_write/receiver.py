@@ -69,9 +69,11 @@ class Stats:
 class Batch:
     """What arrived since the last drain, by series: ``labels[k]`` are series k's labels and
     its points are rows ``bounds[k]:bounds[k + 1]`` of ``t_s`` and ``values``, oldest first.
-    Series come in the order their first point arrived."""
+    Series come in the order their first point arrived; ``keys[k]`` are its labels as they
+    came, encoded (the same bytes every time: cheaper to look up by than the labels)."""
 
     labels: list[dict[str, str]]
+    keys: list[bytes]
     bounds: npt.NDArray[np.intp]
     t_s: npt.NDArray[np.float64]
     values: npt.NDArray[np.float64]
@@ -117,6 +119,7 @@ class Receiver:
         self._lock = threading.Lock()
         self._ids: dict[bytes, int] = {}
         self._labels: list[dict[str, str]] = []
+        self._keys: list[bytes] = []  # by number: the encoded labels it was given for
         self._newest_ms = np.empty(0, dtype=np.int64)
         self._newest_v = np.empty(0, dtype=np.float64)
         self._unwanted: set[bytes] = set()
@@ -189,6 +192,7 @@ class Receiver:
         if n is None:
             n = self._ids[key] = len(self._labels)
             self._labels.append(new.get(key) or decode_labels(key))
+            self._keys.append(key)
             if n >= self._newest_ms.size:
                 grow = max(1024, n)
                 self._newest_ms = np.concatenate([self._newest_ms, np.full(grow, _NEVER, dtype=np.int64)])
@@ -242,18 +246,19 @@ class Receiver:
             numbers, first = np.unique(series, return_index=True)
             by_arrival = numbers[np.argsort(first, kind="stable")]
             labels = [self._labels[n] for n in by_arrival.tolist()]
+            keys = [self._keys[n] for n in by_arrival.tolist()]
             now = self.clock()
             if now - self._pruned_at >= self.forget_after_s / 4:
                 self._prune(now)
         if not pending:
-            return Batch([], np.zeros(1, dtype=np.intp), np.zeros(0), np.zeros(0))
+            return Batch([], [], np.zeros(1, dtype=np.intp), np.zeros(0), np.zeros(0))
         rank = np.empty(int(numbers.max()) + 1, dtype=np.intp)
         rank[by_arrival] = np.arange(by_arrival.size)
         order = np.argsort(rank[series], kind="stable")  # grouped by series, arrival order within
         t_ms = np.concatenate([p[1] for p in pending])[order]
         values = np.concatenate([p[2] for p in pending])[order]
         bounds = np.searchsorted(rank[series][order], np.arange(by_arrival.size + 1))
-        return Batch(labels, bounds.astype(np.intp), t_ms / 1000.0, values)
+        return Batch(labels, keys, bounds.astype(np.intp), t_ms / 1000.0, values)
 
     def drain(self) -> list[RawSeries]:
         """``drain_batch`` as one ``RawSeries`` per series."""
@@ -267,6 +272,7 @@ class Receiver:
         renumber = np.cumsum(keep) - 1
         self._ids = {k: int(renumber[i]) for k, i in self._ids.items() if keep[i]}
         self._labels = [lb for lb, k in zip(self._labels, keep.tolist(), strict=True) if k]
+        self._keys = [key for key, k in zip(self._keys, keep.tolist(), strict=True) if k]
         self._newest_ms = self._newest_ms[:n][keep]
         self._newest_v = self._newest_v[:n][keep]
         self._pruned_at = now
