@@ -10,6 +10,7 @@ source could not measure it), and a field with no column is ``None`` in every ro
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
@@ -103,15 +104,18 @@ class SampleTable(Sequence[Sample]):
     def rows(self) -> tuple[Sample, ...]:
         """Every row as a ``Sample``, built once."""
         if self._rows is None:
-            names = list(self.columns)
-            # tolist() gives Python floats; NaN becomes None (v != v only for NaN).
-            values = [[None if v != v else v for v in self.columns[k].tolist()] for k in names]
+            n = len(self)
+            # Every field in Sample's order, positionally (keywords cost more per row); tolist()
+            # gives Python floats and NaN becomes None (v != v only for NaN).
+            values = [
+                itertools.repeat(None, n)
+                if (c := self.columns.get(k)) is None
+                else [None if v != v else v for v in c.tolist()]
+                for k in FIELDS
+            ]
             stamps: dict[float, datetime] = {}  # a table's rows mostly share a few times
             ats = [stamps.get(t) or stamps.setdefault(t, utc(t)) for t in self.at_s.tolist()]
-            self._rows = tuple(
-                Sample(u, at, **dict(zip(names, vs, strict=True)))
-                for u, at, *vs in zip(self.uuids, ats, *values, strict=True)
-            )
+            self._rows = tuple(map(Sample, self.uuids, ats, *values))
         return self._rows
 
     def __len__(self) -> int:
