@@ -148,6 +148,7 @@ def latest(samples: Sequence[Sample], name: str) -> dict[str, float]:
 
 
 def _frozen(a: _A) -> _A:
+    """A read-only view of ``a`` (the caller's own array stays as it was)."""
     if a.flags.writeable:
         a = a.view()
         a.flags.writeable = False

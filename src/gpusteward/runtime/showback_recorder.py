@@ -182,9 +182,9 @@ def fresh_use(samples: Sequence[Sample], prev: datetime) -> dict[str, tuple[floa
     """Per GPU with a utilisation sample newer than ``prev``: its utilisation (0-100) and power
     (None if never measured), each the mean of those samples. A GPU sampled several times since
     the last tick (10 s scrapes, a 30 s tick) is held once, not once per sample."""
-    out: dict[str, tuple[float, float | None]] = {}
     if isinstance(samples, SampleTable):
         return _table_use(samples, prev)
+    out: dict[str, tuple[float, float | None]] = {}
     fresh = 0
     for uuid, at, util, power in map(_SAMPLE_FIELDS, samples):
         if util is not None and at > prev:

@@ -226,7 +226,8 @@ class Assembler:
             cols[util] = np.where(np.isnan(cols[util]), gr, cols[util]) if util in cols else gr
         derive_health(cols, keys.size)
         fields = {k: v for k, v in cols.items() if k in SAMPLE_FIELDS}
-        sampled = keep & ~np.all(np.isnan(list(fields.values())), axis=0) if fields else keep & False
+        # A cell is a sample where it has any Sample field (memory parts alone are not one).
+        sampled = keep & ~np.all(np.isnan(list(fields.values())), axis=0) if fields else np.zeros_like(keep)
         out = []
         cell_slot = (keys // len(uuids)).tolist()
         bounds = [0, *(np.flatnonzero(np.diff(cell_slot)) + 1).tolist(), keys.size]
