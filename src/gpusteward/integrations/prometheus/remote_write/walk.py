@@ -85,7 +85,7 @@ def _labels_end(buf: Bytes, starts: IntArray, ends: IntArray) -> IntArray:
             if (nxt > ends[live]).any():
                 raise Malformed("a field runs past the end of its series")
         else:
-            nxt = _next_field(buf, at, ends[live])
+            nxt = _next_field(buf, at, ends[live])[1]
         pos[live] = nxt
         live = live[nxt < ends[live]]
     return pos
@@ -101,13 +101,12 @@ def _samples(buf: Bytes, pos: IntArray, ends: IntArray) -> tuple[IntArray, IntAr
         tag = buf[pos[live]]
         if (tag == _LABEL).any():  # a label after a sample: valid, but not this walk's
             raise _Unexpected
-        nxt = _next_field(buf, pos[live], ends[live])
-        mine = live[tag == _SAMPLE]
-        if mine.size:
-            payload = pos[mine] + 1 + _varint(buf, pos[mine] + 1)[1]
-            owners.append(mine)
-            starts.append(payload)
-            sizes.append(nxt[tag == _SAMPLE] - payload)
+        payload, nxt = _next_field(buf, pos[live], ends[live])
+        sample = tag == _SAMPLE
+        if sample.any():
+            owners.append(live[sample])
+            starts.append(payload[sample])
+            sizes.append(nxt[sample] - payload[sample])
         pos[live] = nxt
         live = live[nxt < ends[live]]
     if not owners:
@@ -118,8 +117,9 @@ def _samples(buf: Bytes, pos: IntArray, ends: IntArray) -> tuple[IntArray, IntAr
     return owner[order], np.concatenate(starts)[order], np.concatenate(sizes)[order]
 
 
-def _next_field(buf: Bytes, pos: IntArray, ends: IntArray) -> IntArray:
-    """Where the field after the one at each ``pos`` starts (checked against its series' end)."""
+def _next_field(buf: Bytes, pos: IntArray, ends: IntArray) -> tuple[IntArray, IntArray]:
+    """Where the payload of the field at each ``pos`` starts, and where the field after it
+    starts (checked against its series' end)."""
     tag = buf[pos]
     if (tag & 0x80).any():  # a field number over 15: no field of these messages
         raise _Unexpected
@@ -140,7 +140,7 @@ def _next_field(buf: Bytes, pos: IntArray, ends: IntArray) -> IntArray:
     )
     if (nxt > ends).any():
         raise Malformed("a field runs past the end of its series")
-    return nxt
+    return after + size, nxt
 
 
 def _varint(buf: Bytes, pos: IntArray) -> tuple[npt.NDArray[np.uint64], IntArray]:
