@@ -31,7 +31,7 @@ class SampleTable(Sequence[Sample]):
     """Rows of samples held as columns (see the module docstring). Immutable by convention: the
     arrays are made read-only."""
 
-    __slots__ = ("_rows", "at_s", "columns", "uuids")
+    __slots__ = ("_rows", "_times", "at_s", "columns", "uuids")
 
     def __init__(
         self, uuids: Sequence[str], at_s: npt.ArrayLike, columns: Mapping[str, npt.ArrayLike]
@@ -53,6 +53,7 @@ class SampleTable(Sequence[Sample]):
             cols[name] = _frozen(arr)
         self.columns: Mapping[str, FloatArray] = cols
         self._rows: tuple[Sample, ...] | None = None
+        self._times: tuple[list[datetime], npt.NDArray[np.intp]] | None = None
 
     @classmethod
     def of(cls, samples: Sequence[Sample]) -> SampleTable:
@@ -86,11 +87,18 @@ class SampleTable(Sequence[Sample]):
         """The values of field ``name`` (NaN: not measured), or None where no row has one."""
         return self.columns.get(name)
 
+    def times(self) -> tuple[list[datetime], npt.NDArray[np.intp]]:
+        """The distinct times of the rows as their ``Sample.at``, and each row's index into them
+        (a table's rows mostly share a few times: each is converted once, then kept)."""
+        if self._times is None:
+            distinct, inverse = np.unique(self.at_s, return_inverse=True)
+            self._times = [utc(t) for t in distinct.tolist()], inverse.reshape(-1).astype(np.intp)
+        return self._times
+
     def newer_than(self, prev: datetime) -> npt.NDArray[np.bool_]:
         """Which rows are newer than ``prev``, compared as their ``Sample.at`` would be."""
-        times, inverse = np.unique(self.at_s, return_inverse=True)
-        newer = np.array([utc(t) > prev for t in times.tolist()], dtype=np.bool_)
-        return newer[inverse.reshape(-1)]
+        times, inverse = self.times()
+        return np.array([t > prev for t in times], dtype=np.bool_)[inverse]
 
     def latest(self, name: str) -> dict[str, float]:
         """Per GPU, the value of field ``name`` in its last row that has one (as
@@ -113,9 +121,8 @@ class SampleTable(Sequence[Sample]):
                 else [None if v != v else v for v in c.tolist()]
                 for k in FIELDS
             ]
-            stamps: dict[float, datetime] = {}  # a table's rows mostly share a few times
-            ats = [stamps.get(t) or stamps.setdefault(t, utc(t)) for t in self.at_s.tolist()]
-            self._rows = tuple(map(Sample, self.uuids, ats, *values))
+            times, inverse = self.times()
+            self._rows = tuple(map(Sample, self.uuids, map(times.__getitem__, inverse.tolist()), *values))
         return self._rows
 
     def __len__(self) -> int:

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.domain.errors import ConfigError
-from gpusteward.domain.models import Metric, Sample, utc
+from gpusteward.domain.models import Metric, Sample
 from gpusteward.domain.sample_table import SampleTable
 from gpusteward.store.block_sums import BlockSums
 from gpusteward.store.newest_marks import NewestMarks
@@ -242,7 +242,7 @@ class WindowStore:
         batch = [] if table is not None else list(samples)
         slot_at = self.slot_of(at)
         idx = self.register(table.uuids if table is not None else [s.gpu_uuid for s in batch])
-        slots = self._slots(table.at_s) if table is not None else self._sample_slots(batch)
+        slots = self._slots(table) if table is not None else self._sample_slots(batch)
         self._advance(max(slot_at, int(slots.max())) if slots.size else slot_at)
         self._apply_holders(slot_at, holders)
         assert self._head is not None
@@ -267,11 +267,10 @@ class WindowStore:
         slot_at_time = {t: self.slot_of(t) for t in dict.fromkeys(ats)}
         return np.fromiter(map(slot_at_time.__getitem__, ats), dtype=np.int64, count=len(batch))
 
-    def _slots(self, at_s: npt.NDArray[np.float64]) -> IntArray:
-        """The slot of each time, exactly as ``slot_of`` gives it for the row's ``Sample.at``."""
-        times, inverse = np.unique(at_s, return_inverse=True)
-        per_time = np.array([self.slot_of(utc(t)) for t in times.tolist()], dtype=np.int64)
-        return per_time[inverse.reshape(-1)] if times.size else np.zeros(0, dtype=np.int64)
+    def _slots(self, table: SampleTable) -> IntArray:
+        """The slot of each row, exactly as ``slot_of`` gives it for the row's ``Sample.at``."""
+        times, inverse = table.times()
+        return np.array([self.slot_of(t) for t in times], dtype=np.int64)[inverse]
 
     def _values(
         self, m: Metric, table: SampleTable | None, batch: list[Sample]
