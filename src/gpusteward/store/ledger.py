@@ -8,6 +8,7 @@ can flush as often as it likes. Days are UTC dates written ``YYYY-MM-DD``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import date, datetime
@@ -15,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
 
 from gpusteward.domain.models import ActionStatus, Level
 from gpusteward.domain.records import (
@@ -85,6 +86,40 @@ class StopRow:
     team: str
 
 
+#: The upsert's parameters, in this order (``UsageAmounts``' fields, the owner's renamed).
+_USAGE_COLUMNS = (
+    "day",
+    "workload_id",
+    "user_name",
+    "team",
+    "gpus_requested",
+    "gpus_held",
+    "held_gpu_hours",
+    "busy_gpu_hours",
+    "advise_idle_gpus",
+)
+
+
+@functools.cache
+def _usage_upsert(dialect: Dialect) -> tuple[str, tuple[str, ...] | None]:
+    """The usage upsert compiled for ``dialect`` (the two the store runs on), with its
+    parameters in ``_USAGE_COLUMNS`` order: positional, or these names for a named style."""
+    pg = dialect.name == "postgresql"
+    stmt = (postgresql if pg else sqlite).insert(ledger_usage_t)
+    c, ex = ledger_usage_t.c, stmt.excluded
+    larger = func.greatest if pg else func.max  # SQLite's two-argument max() is scalar
+    sets: dict[str, Any] = {"user_name": ex.user_name, "team": ex.team}
+    sets.update({n: larger(c[n], ex[n]) for n in ("gpus_requested", "gpus_held", "advise_idle_gpus")})
+    sets.update({n: c[n] + ex[n] for n in ("held_gpu_hours", "busy_gpu_hours")})
+    upsert = stmt.on_conflict_do_update(index_elements=["day", "workload_id"], set_=sets)
+    compiled = upsert.compile(dialect=dialect, column_keys=list(_USAGE_COLUMNS))
+    if compiled.positional:
+        if tuple(compiled.positiontup or ()) != _USAGE_COLUMNS:
+            raise AssertionError(f"usage upsert parameters {compiled.positiontup}")
+        return compiled.string, None
+    return compiled.string, _USAGE_COLUMNS
+
+
 class LedgerStore:
     """The ledger tables of a ``StateStore``'s database (its schema creates them)."""
 
@@ -139,28 +174,28 @@ class LedgerStore:
         their largest, the owner is the newest (no read of the stored rows first)."""
         if not usage:
             return
-        pg = conn.dialect.name == "postgresql"  # the two dialects the store runs on
-        stmt = (postgresql if pg else sqlite).insert(ledger_usage_t)
-        c, ex = ledger_usage_t.c, stmt.excluded
-        larger = func.greatest if pg else func.max  # SQLite's two-argument max() is scalar
-        sets: dict[str, Any] = {"user_name": ex.user_name, "team": ex.team}
-        sets.update({n: larger(c[n], ex[n]) for n in ("gpus_requested", "gpus_held", "advise_idle_gpus")})
-        sets.update({n: c[n] + ex[n] for n in ("held_gpu_hours", "busy_gpu_hours")})
-        rows = [
-            {
-                "day": k.day,
-                "workload_id": k.workload_id,
-                "user_name": a.user,
-                "team": a.team,
-                "gpus_requested": a.gpus_requested,
-                "gpus_held": a.gpus_held,
-                "advise_idle_gpus": a.advise_idle_gpus,
-                "held_gpu_hours": a.held_gpu_hours,
-                "busy_gpu_hours": a.busy_gpu_hours,
-            }
-            for k, a in sorted(usage.items())
-        ]
-        conn.execute(stmt.on_conflict_do_update(index_elements=["day", "workload_id"], set_=sets), rows)
+        sql, names = _usage_upsert(conn.dialect)
+        # Every workload a tick (25,000 at 100,000 GPUs): the compiled SQL goes to the driver's
+        # executemany with plain tuples. The columns are text and numbers, so SQLAlchemy's
+        # per-row parameter processing, 3/5 of the upsert's time, had nothing to convert.
+        rows = sorted(
+            (
+                k.day,
+                k.workload_id,
+                a.user,
+                a.team,
+                a.gpus_requested,
+                a.gpus_held,
+                a.held_gpu_hours,
+                a.busy_gpu_hours,
+                a.advise_idle_gpus,
+            )
+            for k, a in usage.items()
+        )
+        if names is not None:  # a named paramstyle (psycopg's pyformat): a dict per row
+            conn.exec_driver_sql(sql, [dict(zip(names, r, strict=True)) for r in rows])
+        else:
+            conn.exec_driver_sql(sql, rows)
 
     # -- reading ------------------------------------------------------------------------------
     def marks(self) -> dict[str, Mark]:
