@@ -107,6 +107,9 @@ class PrometheusSource:
         self._holders: dict[str, Holder | None] = {}
         self._holder_at: dict[str, float] = {}
         self._started: dict[str, datetime] = {}
+        # At least the newest time in ``_holder_at`` and in ``_last_seen``: a slot past them
+        # replaces all its GPUs' entries at once (``_apply``).
+        self._holders_upto, self._seen_upto = -math.inf, 0.0
         # The workloads only change with a holder (or a forgotten GPU): built again only then.
         self._workload_cache: tuple[Workload, ...] | None = None
         #: Queries sent so far (each uuid shard counts).
@@ -170,9 +173,18 @@ class PrometheusSource:
     # -- state --------------------------------------------------------------------
 
     def _absorb_gpus(self, asm: Assembler) -> None:
-        for uuid in asm.gpus:
-            gpu = asm.gpu(uuid)
+        for uuid, ident in asm.gpus.items():
             old = self._gpus.get(uuid)
+            # Nearly every GPU is as it was: checked on its fields, without building its Gpu.
+            if (
+                old is not None
+                and old.node == (ident.node or "?")
+                and old.index == ident.index
+                and old.model == (ident.model or "unknown")
+                and old.memory_total_mib >= asm.mem_total.get(uuid, 0.0)
+            ):
+                continue
+            gpu = asm.gpu(uuid)
             if old is not None and old.memory_total_mib > gpu.memory_total_mib:
                 gpu = Gpu(gpu.uuid, gpu.node, gpu.index, gpu.model, old.memory_total_mib)
             # An unchanged GPU stays the same object: the loop prices it once, not every tick.
@@ -180,17 +192,37 @@ class PrometheusSource:
 
     def _apply(self, slot: Slot) -> bool:
         """Take in one slot's holders and sample times; True when a holder changed."""
-        changed = False
-        for uuid, holder in slot.holders.items():
-            if slot.start_s >= self._holder_at.get(uuid, -math.inf):
-                changed = changed or self._holders.get(uuid) != holder
-                self._holders[uuid], self._holder_at[uuid] = holder, slot.start_s
-                if holder is not None and holder.id not in self._started:
-                    self._started[holder.id] = utc(slot.start_s)
-        seen = self._last_seen
-        for uuid, t in zip(slot.samples.uuids, slot.samples.at_s.tolist(), strict=True):
-            if t > seen.get(uuid, 0.0):
-                seen[uuid] = t
+        holders, start_s = slot.holders, slot.start_s
+        if start_s >= self._holders_upto:  # slots come in time order: newer than every one kept
+            known, started = self._holders, self._started
+            # The cached identities hand back the same Holder object: `is` settles most.
+            changed = any(
+                o is not h and o != h for o, h in zip(map(known.get, holders), holders.values(), strict=True)
+            )
+            known.update(holders)
+            self._holder_at.update(dict.fromkeys(holders, start_s))
+            self._holders_upto = start_s
+            for h in holders.values():
+                if h is not None and h.id not in started:
+                    started[h.id] = utc(start_s)
+        else:
+            changed = False
+            for uuid, holder in holders.items():
+                if start_s >= self._holder_at.get(uuid, -math.inf):
+                    changed = changed or self._holders.get(uuid) != holder
+                    self._holders[uuid], self._holder_at[uuid] = holder, start_s
+                    if holder is not None and holder.id not in self._started:
+                        self._started[holder.id] = utc(start_s)
+        uuids, times = slot.samples.uuids, slot.samples.at_s
+        if times.size and times.min() > self._seen_upto:  # every row newer than any seen
+            self._last_seen.update(zip(uuids, times.tolist(), strict=True))
+            self._seen_upto = float(times.max())
+        else:
+            seen = self._last_seen
+            for uuid, t in zip(uuids, times.tolist(), strict=True):
+                if t > seen.get(uuid, 0.0):
+                    seen[uuid] = t
+            self._seen_upto = max(self._seen_upto, float(times.max(initial=0.0)))
         return changed
 
     def _forget(self, before_s: float) -> None:

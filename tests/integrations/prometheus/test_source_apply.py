@@ -1,0 +1,116 @@
+"""``PrometheusSource._apply`` and ``_absorb_gpus``, against the per-GPU rules they keep.
+
+``_apply``: a slot newer than everything kept takes its GPUs' holders and
+sample times at once; an older one (a late remote-write sample, a refetched overlap) goes GPU by
+GPU. Both must leave the state the per-GPU rules of the reference below leave, in any order."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any, cast
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpusteward.domain.models import Gpu, WorkloadKind, utc
+from gpusteward.domain.sample_table import SampleTable
+from gpusteward.integrations.prometheus.assemble import Assembler, Slot
+from gpusteward.integrations.prometheus.parse import GpuIdentity, Holder
+from gpusteward.integrations.prometheus.source import PrometheusSource
+
+UUIDS = [f"GPU-{i}" for i in range(6)]
+HOLDERS = [None, *(Holder(WorkloadKind.POD, f"ns/pod-{i}", f"pod-{i}", "ns") for i in range(3))]
+
+
+class Reference:
+    """The rules ``_apply`` keeps, one GPU at a time (as the source did before its fast path)."""
+
+    def __init__(self) -> None:
+        self.holders: dict[str, Holder | None] = {}
+        self.holder_at: dict[str, float] = {}
+        self.started: dict[str, datetime] = {}
+        self.last_seen: dict[str, float] = {}
+
+    def apply(self, slot: Slot) -> bool:
+        changed = False
+        for uuid, holder in slot.holders.items():
+            if slot.start_s >= self.holder_at.get(uuid, -math.inf):
+                changed = changed or self.holders.get(uuid) != holder
+                self.holders[uuid], self.holder_at[uuid] = holder, slot.start_s
+                if holder is not None and holder.id not in self.started:
+                    self.started[holder.id] = utc(slot.start_s)
+        for uuid, t in zip(slot.samples.uuids, slot.samples.at_s.tolist(), strict=True):
+            if t > self.last_seen.get(uuid, 0.0):
+                self.last_seen[uuid] = t
+        return changed
+
+
+def _copy(h: Holder | None) -> Holder | None:
+    """An equal Holder that is another object: equality, not identity, must decide."""
+    return None if h is None else Holder(h.kind, h.id, h.name, h.namespace)
+
+
+slot_st = st.tuples(
+    st.integers(0, 8),  # the slot, 10 s each
+    st.lists(st.tuples(st.sampled_from(UUIDS), st.sampled_from(HOLDERS), st.booleans()), max_size=6),
+    st.lists(st.integers(0, 9), min_size=6, max_size=6),  # each row's second within the slot
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(slot_st, max_size=8))
+def test_apply_matches_the_per_gpu_rules_in_any_order(slots: list[Any]) -> None:
+    src = PrometheusSource(cast(Any, None), interval_s=10, window_s=600)
+    ref = Reference()
+    for k, rows, offsets in slots:
+        start = 1_000_000.0 + 10 * k
+        per_gpu = {u: (h, copy) for u, h, copy in rows}  # one row per GPU, as the assembler gives
+        uuids = sorted(per_gpu)
+        holders = {u: _copy(h) if copy else h for u, (h, copy) in per_gpu.items()}
+        at = [start + offsets[i] for i in range(len(uuids))]
+        slot = Slot(start, SampleTable(uuids, at, {}), holders)
+        assert src._apply(slot) == ref.apply(slot)
+        assert src._holders == ref.holders
+        assert src._holder_at == ref.holder_at
+        assert src._started == ref.started
+        assert src._last_seen == ref.last_seen
+
+
+def _absorb_reference(kept: dict[str, Gpu], asm: Assembler) -> None:
+    """``_absorb_gpus`` before its fast path: each GPU built, then compared."""
+    for uuid in asm.gpus:
+        gpu = asm.gpu(uuid)
+        old = kept.get(uuid)
+        if old is not None and old.memory_total_mib > gpu.memory_total_mib:
+            gpu = Gpu(gpu.uuid, gpu.node, gpu.index, gpu.model, old.memory_total_mib)
+        kept[uuid] = old if old == gpu else gpu
+
+
+ident_st = st.tuples(
+    st.sampled_from(["", "node-a", "node-b"]),
+    st.integers(-1, 1),
+    st.sampled_from(["", "H100"]),
+    st.sampled_from([None, 0.0, 40960.0, 81559.0]),  # memory total: None = not seen this tick
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from(UUIDS), ident_st, max_size=6), max_size=6))
+def test_absorb_gpus_keeps_the_same_objects_as_building_each(ticks: list[dict[str, Any]]) -> None:
+    src = PrometheusSource(cast(Any, None), interval_s=10, window_s=600)
+    ref: dict[str, Gpu] = {}
+    for tick in ticks:
+        asm = Assembler(src.specs, src.labels, 10.0)
+        for uuid, (node, index, model, mem) in tick.items():
+            asm.gpus[uuid] = GpuIdentity(uuid, node, index, model)
+            if mem is not None:
+                asm.mem_total[uuid] = mem
+        before = dict(src._gpus)
+        src._absorb_gpus(asm)
+        _absorb_reference(ref, asm)
+        assert src._gpus == ref
+        # An unchanged GPU stays the very object it was (the loop prices it once).
+        for uuid, gpu in src._gpus.items():
+            if uuid in before and before[uuid] == ref[uuid]:
+                assert gpu is before[uuid]
