@@ -38,7 +38,7 @@ def test_the_same_workload_objects_get_the_same_layout() -> None:
     check(first, ws)
     assert memo.of(list(ws)) is first  # another list of the same objects, as each tick hands over
     assert memo.built == 1
-    with pytest.raises(ValueError):  # shared between ticks: nobody may write into it
+    with pytest.raises(ValueError, match="read-only"):  # shared between ticks: nobody may write into it
         first.group[0] = 3
 
 
@@ -58,4 +58,5 @@ def test_any_other_workloads_are_laid_out_afresh(change: object) -> None:
     layout = memo.of(other)
     assert memo.built == 2
     check(layout, other)
-    assert np.array_equal(memo.of(other).group, layout.group) and memo.built == 2
+    assert np.array_equal(memo.of(other).group, layout.group)
+    assert memo.built == 2

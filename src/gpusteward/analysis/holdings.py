@@ -74,9 +74,12 @@ class LayoutMemo:
 
     def of(self, workloads: list[Workload]) -> Layout:
         last = self._last  # one reference read: a concurrent tick sees a whole layout or another
-        if last is not None and len(last.workloads) == len(workloads):
-            if all(map(operator.is_, last.workloads, workloads)):
-                return last
+        if (
+            last is not None
+            and len(last.workloads) == len(workloads)
+            and all(map(operator.is_, last.workloads, workloads))
+        ):
+            return last
         # A workload's gpu_uuids are unique (sources guarantee it); a duplicate would only
         # be listed twice in a finding, never change what trips.
         per = [w.gpu_uuids for w in workloads]
