@@ -327,6 +327,11 @@ def test_ledger_adds_amounts_and_keeps_marks(store: TickStore) -> None:
     store.ledger.add({key: DailyAmounts(1.0, 2.0)}, usage, [Mark("waste:g1", T0, {"x": float("nan")})])
     store.ledger.add({key: DailyAmounts(1.0, 2.0)}, usage, [Mark("saved:w1", T0 + MIN)], ["waste:g1"])
     assert store.ledger.marks() == {"saved:w1": Mark("saved:w1", T0 + MIN, {})}
+    # Usage: hours add up, the GPU counts keep their largest, the owner is the newest.
+    store.ledger.add({}, {UsageKey("2026-03-02", "w1"): UsageAmounts("bo", "cv", 1, 4, 0.25, 0.125, 3)})
+    read = store.ledger.usage  # the SQL ledger reads days; the in-memory one is its dict
+    rows = {r.key: r.amounts for r in read(date(2026, 3, 2), date(2026, 3, 3))} if callable(read) else read
+    assert rows == {UsageKey("2026-03-02", "w1"): UsageAmounts("bo", "cv", 2, 4, 2.25, 1.125, 3)}
     store.ledger.add({}, {}, [Mark("waste:g1", T0, {"x": float("nan")})])
     assert store.ledger.marks()["waste:g1"].data == {"x": None}  # JSON has no NaN
 

@@ -8,7 +8,6 @@ can flush as often as it likes. Days are UTC dates written ``YYYY-MM-DD``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import date, datetime
@@ -100,10 +99,21 @@ _USAGE_COLUMNS = (
 )
 
 
-@functools.cache
+#: The compiled upsert per (dialect, driver, paramstyle): what its text depends on. Keyed so, not
+#: by the dialect object, which each engine has its own of.
+_UPSERTS: dict[tuple[str, str, str], tuple[str, tuple[str, ...] | None]] = {}
+
+
 def _usage_upsert(dialect: Dialect) -> tuple[str, tuple[str, ...] | None]:
     """The usage upsert compiled for ``dialect`` (the two the store runs on), with its
     parameters in ``_USAGE_COLUMNS`` order: positional, or these names for a named style."""
+    key = (dialect.name, dialect.driver, dialect.paramstyle)
+    if key not in _UPSERTS:
+        _UPSERTS[key] = _compile_usage_upsert(dialect)
+    return _UPSERTS[key]
+
+
+def _compile_usage_upsert(dialect: Dialect) -> tuple[str, tuple[str, ...] | None]:
     pg = dialect.name == "postgresql"
     stmt = (postgresql if pg else sqlite).insert(ledger_usage_t)
     c, ex = ledger_usage_t.c, stmt.excluded
