@@ -4,6 +4,7 @@ built again whenever any workload object, their number or their order differs.""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -51,10 +52,10 @@ def test_the_same_workload_objects_get_the_same_layout() -> None:
         lambda ws: [*ws, replace(ws[0], id="w9", gpu_uuids=("G-8",))],  # one more
     ],
 )
-def test_any_other_workloads_are_laid_out_afresh(change: object) -> None:
+def test_any_other_workloads_are_laid_out_afresh(change: Callable[[list[Workload]], list[Workload]]) -> None:
     memo, ws = LayoutMemo(), fleet()
     memo.of(ws)
-    other = change(ws)  # type: ignore[operator]
+    other = change(ws)
     layout = memo.of(other)
     assert memo.built == 2
     check(layout, other)

@@ -72,7 +72,7 @@ class LayoutMemo:
         #: Layouts built afresh over this memo's life (tests read it).
         self.built = 0
 
-    def of(self, workloads: list[Workload]) -> Layout:
+    def of(self, workloads: Sequence[Workload]) -> Layout:
         last = self._last  # one reference read: a concurrent tick sees a whole layout or another
         if (
             last is not None
@@ -109,8 +109,8 @@ class Holdings:
     def __init__(
         self, view: WindowView, gpus: Mapping[str, Gpu], workloads: Sequence[Workload], now: datetime
     ) -> None:
-        self.workloads: Sequence[Workload] = list(workloads)
-        layout = LAYOUTS.of(self.workloads)
+        layout = LAYOUTS.of(workloads)
+        self.workloads: Sequence[Workload] = layout.workloads
         self.uuids: Sequence[str] = layout.uuids
         self.group, self.group_size = layout.group, layout.group_size
         self.gpu_index = view.indices_of(self.uuids)

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from gpusteward.integrations.prometheus.remote_write.receiver import Batch
 
 BoolArray = npt.NDArray[np.bool_]
+#: What a GPU whose labels name no node or model is called.
+_NO_NODE, _NO_MODEL = "?", "unknown"
 
 
 class Identities:
@@ -305,10 +307,21 @@ class Assembler:
         g = self.gpus[uuid]
         return Gpu(
             uuid=uuid,
-            node=g.node or "?",
+            node=g.node or _NO_NODE,
             index=g.index,
-            model=g.model or "unknown",
+            model=g.model or _NO_MODEL,
             memory_total_mib=self.mem_total.get(uuid, 0.0),
+        )
+
+    def kept(self, uuid: str, old: Gpu) -> bool:
+        """Whether ``old`` stands for ``gpu(uuid)``: the same fields, at least its memory total
+        (checked without building the Gpu: nearly every GPU is as it was)."""
+        g = self.gpus[uuid]
+        return (
+            old.node == (g.node or _NO_NODE)
+            and old.index == g.index
+            and old.model == (g.model or _NO_MODEL)
+            and old.memory_total_mib >= self.mem_total.get(uuid, 0.0)
         )
 
 

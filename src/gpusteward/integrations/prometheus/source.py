@@ -173,16 +173,9 @@ class PrometheusSource:
     # -- state --------------------------------------------------------------------
 
     def _absorb_gpus(self, asm: Assembler) -> None:
-        for uuid, ident in asm.gpus.items():
+        for uuid in asm.gpus:
             old = self._gpus.get(uuid)
-            # Nearly every GPU is as it was: checked on its fields, without building its Gpu.
-            if (
-                old is not None
-                and old.node == (ident.node or "?")
-                and old.index == ident.index
-                and old.model == (ident.model or "unknown")
-                and old.memory_total_mib >= asm.mem_total.get(uuid, 0.0)
-            ):
+            if old is not None and asm.kept(uuid, old):
                 continue
             gpu = asm.gpu(uuid)
             if old is not None and old.memory_total_mib > gpu.memory_total_mib:
