@@ -11,6 +11,7 @@ from enum import Enum, IntEnum
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -107,3 +108,19 @@ def test_json_bytes_cases() -> None:
     )
     assert json.loads(json_bytes({1: 2**70})) == {"1": 2**70}  # the json module's answer
     assert fastjson.dumps({1: 2}, str) is None
+
+
+@given(values)
+def test_fastjson_dumps_text_writes_what_json_writes(value: Any) -> None:
+    # The store's JSON columns: what it writes is jsonable; the text reads back as json's would.
+    plain_value = jsonable(value)
+    text = fastjson.dumps_text(plain_value)
+    assert isinstance(text, str)
+    assert _same(json.loads(text), _round_trip(plain_value, None))
+
+
+def test_fastjson_dumps_text_cases() -> None:
+    assert fastjson.dumps_text({"u": {"GPU-0": math.nan}, "g": ["a"]}) == '{"u":{"GPU-0":null},"g":["a"]}'
+    assert fastjson.dumps_text({1: 2**70}) == '{"1":1180591620717411303424}'  # json's fallback, compact
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        fastjson.dumps_text({"at": datetime(2026, 1, 1, tzinfo=UTC)})  # as json.dumps refuses it

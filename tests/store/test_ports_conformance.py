@@ -4,6 +4,7 @@ in-memory store the simulator and tests use cannot drift from the SQL one the ag
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -214,6 +215,25 @@ def test_finding_episodes_open_refresh_and_close(store: TickStore) -> None:
     assert e.finding.at == T0 + 10 * MIN
     assert e.finding.evidence == {"util": {"g1": 0.5}}
     assert len(store.open_findings()) == 2
+    # A refresh takes everything the latest finding saw: its GPUs, evidence, message, kind, action.
+    later = replace(
+        _finding(at=T0 + 11 * MIN),
+        gpu_uuids=("g1", "g2"),
+        evidence={"util": {"g1": 0.25, "g2": 1.0}, "mem": {"g1": 2.0}},
+        message="idle on two",
+        kind="stalled",
+        action=RuleAction.ADVISE,
+    )
+    store.record_findings([later], T0 + 11 * MIN)
+    [e] = store.findings_for("w1")
+    assert (e.first_seen_at, e.last_seen_at) == (T0, T0 + 11 * MIN)
+    assert (e.finding.workload_id, e.finding.rule) == ("w1", "idle")
+    assert e.finding.gpu_uuids == ("g1", "g2")
+    assert e.finding.evidence == {"util": {"g1": 0.25, "g2": 1.0}, "mem": {"g1": 2.0}}
+    assert (e.finding.message, e.finding.kind) == ("idle on two", "stalled")
+    assert e.finding.action is RuleAction.ADVISE
+    assert e.finding.wasted_minutes == pytest.approx(41.0)  # 40 stored, one minute since
+    assert e.finding.wasted_gpu_hours == pytest.approx(41 / 60 * 2)
 
     store.close_findings([("w1", "idle")], T0 + 20 * MIN)
     assert store.open_episode_keys() == set()

@@ -51,3 +51,14 @@ def dumps(value: Any, default: Callable[[Any], Any]) -> bytes | None:
         return orjson.dumps(value, default=other, option=_OPTIONS)
     except orjson.JSONEncodeError:  # a key that is not a string, an int past 64 bits, deep nesting
         return None
+
+
+def _unwritable(v: Any) -> Any:
+    raise TypeError(f"Object of type {type(v).__name__} is not JSON serializable")
+
+
+def dumps_text(value: Any) -> str:
+    """A JSON column's text (the store's serializer), faster than ``json.dumps``: compact, NaN
+    and infinities as null. The store writes thousands of evidence maps a tick."""
+    fast = dumps(value, _unwritable)
+    return json.dumps(value, separators=(",", ":")) if fast is None else fast.decode()

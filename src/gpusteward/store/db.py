@@ -29,10 +29,8 @@ from gpusteward.domain.records import (
     PauseState,
     SnoozeRecord,
     WorkloadRecord,
-    episode_subject,
-    episode_waste,
 )
-from gpusteward.store import audit_chain, schema
+from gpusteward.store import audit_chain, episodes, schema
 from gpusteward.store.actions import ActionLog, inserted_id
 from gpusteward.store.controls import OwnerControls
 from gpusteward.store.dbschema import (
@@ -53,7 +51,6 @@ from gpusteward.store.rows import (
     decision_of,
     decision_row,
     episode_of,
-    finding_row,
     ladder_of,
     ladder_row,
     notice_of,
@@ -105,7 +102,11 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
         self._seen_at: dict[str, datetime] = {}  # and the last_seen_at last written with it
         try:
             parsed = make_url(url)
-            kwargs: dict[str, Any] = {"json_deserializer": fastjson.loads}  # a JSON column or two a row
+            # A JSON column or two a row read, thousands of evidence maps a tick written.
+            kwargs: dict[str, Any] = {
+                "json_deserializer": fastjson.loads,
+                "json_serializer": fastjson.dumps_text,
+            }
             sqlite = parsed.get_backend_name() == "sqlite"
             if sqlite and parsed.database in (None, "", ":memory:"):
                 # One shared connection, or each checkout would see a different empty database.
@@ -203,30 +204,8 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
         """Open an episode per new (workload, rule); refresh the open one with the latest evidence."""
         if not findings:
             return
-        latest = {(episode_subject(f), f.rule): f for f in findings}
-        c = episodes_t.c
         with self._tx("record findings") as conn:
-            query = select(c.id, c.subject, c.rule, c.wasted_minutes, c.last_seen_at).where(
-                c.ended_at.is_(None)
-            )
-            open_ = {(r.subject, r.rule): r for r in conn.execute(query)}
-            updates: list[dict[str, Any]] = []
-            inserts: list[dict[str, Any]] = []
-            for key, f in sorted(latest.items(), key=lambda kv: kv[0]):
-                row = finding_row(f, key[0], at)
-                if key in open_:
-                    prev = open_[key]
-                    # A finding sees only its window; the episode keeps adding the time since.
-                    since = (at - prev.last_seen_at).total_seconds() / 60
-                    row.update(episode_waste(f, max(f.wasted_minutes, prev.wasted_minutes + since)))
-                    updates.append({"episode_id": prev.id, **row})
-                else:
-                    inserts.append({**row, "first_seen_at": at})
-            if updates:
-                # executemany: the SET clause comes from the keys of the parameter dicts.
-                conn.execute(update(episodes_t).where(c.id == bindparam("episode_id")), updates)
-            if inserts:
-                conn.execute(insert(episodes_t), inserts)
+            episodes.record(conn, findings, at)
 
     def close_findings(self, keys: Iterable[tuple[str, str]], at: datetime) -> None:
         """End the open episodes of these (workload id, rule) pairs (waste gone or workload gone)."""

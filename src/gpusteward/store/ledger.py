@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.sql import ClauseElement
 
 from gpusteward.domain.models import ActionStatus, Level
 from gpusteward.domain.records import (
@@ -31,6 +32,7 @@ from gpusteward.domain.records import (
     jsonable,
 )
 from gpusteward.store import showback as showback_sql
+from gpusteward.store.bulk import Bulk
 from gpusteward.store.dbschema import (
     actions_t,
     ledger_daily_t,
@@ -99,21 +101,9 @@ _USAGE_COLUMNS = (
 )
 
 
-#: The compiled upsert per (dialect, driver, paramstyle): what its text depends on. Keyed so, not
-#: by the dialect object, which each engine has its own of.
-_UPSERTS: dict[tuple[str, str, str], tuple[str, tuple[str, ...] | None]] = {}
-
-
-def _usage_upsert(dialect: Dialect) -> tuple[str, tuple[str, ...] | None]:
-    """The usage upsert compiled for ``dialect`` (the two the store runs on), with its
-    parameters in ``_USAGE_COLUMNS`` order: positional, or these names for a named style."""
-    key = (dialect.name, dialect.driver, dialect.paramstyle)
-    if key not in _UPSERTS:
-        _UPSERTS[key] = _compile_usage_upsert(dialect)
-    return _UPSERTS[key]
-
-
-def _compile_usage_upsert(dialect: Dialect) -> tuple[str, tuple[str, ...] | None]:
+def _usage_upsert(dialect: Dialect) -> ClauseElement:
+    """One row per workload and day: hours add up, the GPU counts keep their largest, the owner
+    is the newest (no read of the stored rows first)."""
     pg = dialect.name == "postgresql"
     stmt = (postgresql if pg else sqlite).insert(ledger_usage_t)
     c, ex = ledger_usage_t.c, stmt.excluded
@@ -121,13 +111,13 @@ def _compile_usage_upsert(dialect: Dialect) -> tuple[str, tuple[str, ...] | None
     sets: dict[str, Any] = {"user_name": ex.user_name, "team": ex.team}
     sets.update({n: larger(c[n], ex[n]) for n in ("gpus_requested", "gpus_held", "advise_idle_gpus")})
     sets.update({n: c[n] + ex[n] for n in ("held_gpu_hours", "busy_gpu_hours")})
-    upsert = stmt.on_conflict_do_update(index_elements=["day", "workload_id"], set_=sets)
-    compiled = upsert.compile(dialect=dialect, column_keys=list(_USAGE_COLUMNS))
-    if compiled.positional:
-        if tuple(compiled.positiontup or ()) != _USAGE_COLUMNS:
-            raise AssertionError(f"usage upsert parameters {compiled.positiontup}")
-        return compiled.string, None
-    return compiled.string, _USAGE_COLUMNS
+    upsert: ClauseElement = stmt.on_conflict_do_update(index_elements=["day", "workload_id"], set_=sets)
+    return upsert
+
+
+#: Every workload a tick (25,000 at 100,000 GPUs). Its columns are text and numbers: SQLAlchemy's
+#: per-row parameter processing, 3/5 of the upsert's time, had nothing to convert.
+_USAGE_UPSERT = Bulk(_usage_upsert, _USAGE_COLUMNS)
 
 
 class LedgerStore:
@@ -184,28 +174,23 @@ class LedgerStore:
         their largest, the owner is the newest (no read of the stored rows first)."""
         if not usage:
             return
-        sql, names = _usage_upsert(conn.dialect)
-        # Every workload a tick (25,000 at 100,000 GPUs): the compiled SQL goes to the driver's
-        # executemany with plain tuples. The columns are text and numbers, so SQLAlchemy's
-        # per-row parameter processing, 3/5 of the upsert's time, had nothing to convert.
-        rows = sorted(
-            (
-                k.day,
-                k.workload_id,
-                a.user,
-                a.team,
-                a.gpus_requested,
-                a.gpus_held,
-                a.held_gpu_hours,
-                a.busy_gpu_hours,
-                a.advise_idle_gpus,
-            )
-            for k, a in usage.items()
+        _USAGE_UPSERT.run(
+            conn,
+            sorted(
+                (
+                    k.day,
+                    k.workload_id,
+                    a.user,
+                    a.team,
+                    a.gpus_requested,
+                    a.gpus_held,
+                    a.held_gpu_hours,
+                    a.busy_gpu_hours,
+                    a.advise_idle_gpus,
+                )
+                for k, a in usage.items()
+            ),
         )
-        if names is not None:  # a named paramstyle (psycopg's pyformat): a dict per row
-            conn.exec_driver_sql(sql, [dict(zip(names, r, strict=True)) for r in rows])
-        else:
-            conn.exec_driver_sql(sql, rows)
 
     # -- reading ------------------------------------------------------------------------------
     def marks(self) -> dict[str, Mark]:
