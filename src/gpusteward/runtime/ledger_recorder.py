@@ -38,8 +38,6 @@ from gpusteward.domain.records import (
     DailyAmounts,
     DailyKey,
     Mark,
-    UsageAmounts,
-    UsageKey,
     day_key,
 )
 from gpusteward.domain.sample_table import latest
@@ -55,6 +53,7 @@ from gpusteward.runtime.showback_recorder import (
     fresh_use,
     model_of,
 )
+from gpusteward.runtime.usage_pending import UsagePending
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +118,10 @@ class LedgerRecorder:
         #: Stops done accruing, kept a while so a later step is not credited again: key → ends.
         self._done: dict[str, datetime] = {}
         self._dirty: set[str] = set()
-        # Pending amounts as plain lists (one tick adds thousands): see _DAILY / _flush_usage.
+        # Pending amounts (one tick adds thousands): plain lists by day and owner, numpy columns
+        # per workload (runtime/usage_pending.py).
         self._daily: dict[DailyKey, list[float]] = {}
-        self._usage: dict[tuple[str, str], list[Any]] = {}
+        self._usage = UsagePending()
         self._showback = ShowbackPending(prices)
         self._kinds: dict[str, str] = {}
         self._prev_at: datetime | None = None
@@ -299,19 +299,7 @@ class LedgerRecorder:
             # Only over-provisioning advice names idle GPUs (anomalies and other advice name all).
             if f.action is RuleAction.ADVISE and f.workload_id and f.kind == "overprovisioned":
                 idle[f.workload_id] = max(idle.get(f.workload_id, 0), len(f.gpu_uuids))
-        day = day_key(now)
-        for w in workloads.values():
-            utils = [u[0] for u in map(use.get, w.gpu_uuids) if u is not None]
-            if not utils:
-                continue  # no data this tick is not idleness, nor use
-            acc = self._usage.get((day, w.id))
-            if acc is None:
-                acc = self._usage[(day, w.id)] = [w.owner.user, w.owner.team, 0, 0, 0.0, 0.0, 0]
-            acc[2] = max(acc[2], w.gpus_requested)
-            acc[3] = max(acc[3], len(w.gpu_uuids))
-            acc[4] += len(utils) * hours
-            acc[5] += sum(utils) / 100 * hours
-            acc[6] = max(acc[6], idle.get(w.id, 0))
+        self._usage.add(day_key(now), hours, use, list(workloads.values()), idle)
 
     def _marks(self) -> tuple[list[Mark], set[str]]:
         """The dirty marks to save, and the finished ones old enough to forget."""
@@ -336,13 +324,14 @@ class LedgerRecorder:
             self._accrue(until)
         marks, old = self._marks()
         daily = {k: DailyAmounts(v[0], v[1], v[2], v[3], v[4], int(v[5])) for k, v in self._daily.items()}
-        usage = {UsageKey(day, wid): UsageAmounts(*acc) for (day, wid), acc in self._usage.items()}
+        usage = self._usage.amounts()
         showback = self._showback.amounts()
         late_day = day_key(now or until or self._prev_at or datetime.now(tz=UTC))
         self.ledger.add(daily, usage, marks, old, showback=showback, late_day=late_day)
         for k in old:
             del self._done[k]
-        self._daily, self._usage = {}, {}
+        self._daily = {}
+        self._usage.clear()
         self._showback.clear()
         self._dirty = set()
         self._flushed_at = now or until or self._prev_at
