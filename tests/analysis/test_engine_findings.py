@@ -10,15 +10,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from datetime import UTC, datetime
 from types import ModuleType
 
 import pytest
 
-from gpusteward.analysis.engine import AnalysisInput, AnalysisResult, analyse
+from gpusteward.analysis.engine import AnalysisInput, AnalysisResult, _findings_of, analyse
 from gpusteward.analysis.expr import Aggregate, format_duration
 from gpusteward.analysis.rules import CompiledRule, compile_rules, default_rule_pack, parse_rule_pack
 from gpusteward.domain.classes import workload_class
-from gpusteward.domain.models import Finding, Gpu, Metric, Workload
+from gpusteward.domain.models import Finding, Gpu, Metric, RuleAction, Workload
 from gpusteward.store.window import WindowView
 
 PACK = """
@@ -153,3 +154,25 @@ def test_every_finding_matches_a_per_finding_computation(
             assert f.wasted_minutes == rule.window_s / 60.0
     keys = [(f.rule, f.workload_id or "", f.gpu_uuids) for f in result.findings]
     assert keys == sorted(keys)
+
+
+def test_findings_built_column_by_column_are_the_constructors_and_stay_frozen() -> None:
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    columns = (
+        ["zombie", "idle"],
+        ["zombie", "idle"],
+        [RuleAction.RECLAIM, RuleAction.ADVISE],
+        [at, at],
+        [("GPU-0",), ("GPU-1", "GPU-2")],
+        ["w1", None],
+        [{"mean": {"GPU-0": 1.0}}, {}],
+        [30.0, 10.0],
+        [0.5, 0.3],
+        [1.5, 0.9],
+        ["zombie on GPU-0", ""],
+    )
+    got = _findings_of(2, columns)
+    assert got == list(map(Finding, *columns))
+    assert [f.key for f in got] == ["w1:zombie", "-:idle"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got[0].message = "changed"  # type: ignore[misc]

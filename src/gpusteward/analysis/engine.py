@@ -17,9 +17,11 @@ from __future__ import annotations
 import gc
 import itertools
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -172,10 +174,9 @@ def _findings(rule: CompiledRule, ctx: EvalContext, h: Holdings, trip: BoolArray
     else:
         evidence = [{} for _ in range(n)]
     msgs = messages(rule, ctx, known, cols)
-    # Positionally, in Finding's field order: keyword arguments cost more per finding.
-    return list(
-        map(
-            Finding,
+    return _findings_of(
+        n,
+        (
             itertools.repeat(rule.name, n),
             itertools.repeat(rule.kind, n),
             itertools.repeat(rule.action, n),
@@ -187,8 +188,23 @@ def _findings(rule: CompiledRule, ctx: EvalContext, h: Holdings, trip: BoolArray
             cols.gpu_hours,
             cols.cost,
             msgs,
-        )
+        ),
     )
+
+
+#: Each field's slot setter, in Finding's field order.
+_FINDING_SETTERS = tuple(getattr(Finding, f.name).__set__ for f in fields(Finding))
+
+
+def _findings_of(n: int, columns: Sequence[Iterable[Any]]) -> list[Finding]:
+    """``n`` findings from one column per field, in field order: ``map(Finding, *columns)``'s
+    answer in half the time. A frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, a call per field and finding; the slots' own setters, mapped
+    column by column, make that a C loop per field. The findings stay frozen."""
+    out = [object.__new__(Finding) for _ in range(n)]
+    for set_field, column in zip(_FINDING_SETTERS, columns, strict=True):
+        deque(map(set_field, out, column), maxlen=0)
+    return out
 
 
 def analyse(rules: Sequence[CompiledRule], inp: AnalysisInput) -> AnalysisResult:
