@@ -10,6 +10,7 @@ workload objects come in the same order), so a tick costs a look-up per GPU and 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ import numpy.typing as npt
 
 from gpusteward.analysis.holdings import LAYOUTS, Layout
 from gpusteward.domain.models import Workload
-from gpusteward.domain.records import UsageAmounts, UsageKey
+from gpusteward.domain.usage_rows import UsageRow, UsageRows
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -143,16 +144,17 @@ class UsagePending:
         )
         return placed
 
-    def amounts(self) -> dict[UsageKey, UsageAmounts]:
-        out: dict[UsageKey, UsageAmounts] = {}
+    def amounts(self) -> UsageRows:
+        rows: list[UsageRow] = []
         for day, d in self._days.items():
-            rows = np.flatnonzero(d.touched)
-            counts, hours = d.counts[rows].tolist(), d.hours[rows].tolist()
-            for r, user, team, (req, held, idle), (held_h, busy_h) in zip(
-                rows.tolist(), d.user[rows].tolist(), d.team[rows].tolist(), counts, hours, strict=True
-            ):
-                out[UsageKey(day, d.ids[r])] = UsageAmounts(user, team, req, held, held_h, busy_h, idle)
-        return out
+            at = np.flatnonzero(d.touched)
+            (req, held, idle), (held_h, busy_h) = d.counts[at].T.tolist(), d.hours[at].T.tolist()
+            ids = map(d.ids.__getitem__, at.tolist())
+            users, teams = d.user[at].tolist(), d.team[at].tolist()
+            rows.extend(
+                zip(itertools.repeat(day), ids, users, teams, req, held, held_h, busy_h, idle, strict=False)
+            )
+        return UsageRows(rows)
 
     def clear(self) -> None:
         """Forget what is pending (once it is in the database: a failed flush keeps it). The day

@@ -31,6 +31,7 @@ from gpusteward.domain.records import (
     day_key,
     jsonable,
 )
+from gpusteward.domain.usage_rows import UsageRows
 from gpusteward.store import showback as showback_sql
 from gpusteward.store.bulk import Bulk
 from gpusteward.store.dbschema import (
@@ -174,9 +175,10 @@ class LedgerStore:
         their largest, the owner is the newest (no read of the stored rows first)."""
         if not usage:
             return
-        _USAGE_UPSERT.run(
-            conn,
-            sorted(
+        rows = (
+            usage.rows
+            if isinstance(usage, UsageRows)  # the recorder's: the upsert's rows already
+            else [
                 (
                     k.day,
                     k.workload_id,
@@ -189,8 +191,9 @@ class LedgerStore:
                     a.advise_idle_gpus,
                 )
                 for k, a in usage.items()
-            ),
+            ]
         )
+        _USAGE_UPSERT.run(conn, sorted(rows))
 
     # -- reading ------------------------------------------------------------------------------
     def marks(self) -> dict[str, Mark]:
