@@ -10,14 +10,17 @@ table's price for it; elsewhere the configured ``cost.rate`` and the GPU's own p
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from operator import attrgetter
+from operator import attrgetter, itemgetter
+from typing import cast
 
 import numpy as np
 
 from gpusteward.analysis.cost import PriceTable, Rate
+from gpusteward.analysis.holdings import LAYOUTS, Layout
 from gpusteward.domain.cloud import InstanceControl, Lifecycle
 from gpusteward.domain.errors import ExecutionError, SourceError
 from gpusteward.domain.models import Gpu, Owner, Sample, Workload
@@ -30,6 +33,10 @@ log = logging.getLogger(__name__)
 NOBODY = Owner("(unallocated)")
 UNKNOWN_MODEL = "unknown"
 _SAMPLE_FIELDS = attrgetter("gpu_uuid", "at", "gpu_util_pct", "power_w")
+#: A GPU's price entry: the Gpu priced, its (model, rate) number, its price per GPU-hour.
+_Priced = tuple[Gpu | None, int, float]
+_KIND, _PRICE = itemgetter(1), itemgetter(2)
+_UTIL, _POWER = itemgetter(0), itemgetter(1)
 # Showback amounts in a pending list, in ShowbackAmounts' field order.
 HELD, USED, WASTED, RECLAIMED, SPEND, KWH, POWER_COST = range(7)
 
@@ -98,8 +105,13 @@ class ShowbackPending:
     def __init__(self, prices: PriceTable) -> None:
         self.prices = prices
         self._pending: dict[ShowbackKey, list[float]] = {}
-        self._priced: dict[str, tuple[Gpu | None, str, Rate, float]] = {}
+        #: Per GPU uuid: the Gpu it was priced as, its (model, rate) number and its price.
+        self._priced: dict[str, _Priced] = {}
         self._rates_seen: tuple[object, object] = (None, None)
+        #: (model, rate) pairs by number, and their numbers.
+        self._kinds: dict[tuple[str, Rate], int] = {}
+        self._kind_list: list[tuple[str, Rate]] = []
+        self._held_by: tuple[Layout, dict[str, int], list[Owner]] | None = None
 
     def acc(self, day: str, owner: Owner, model: str, rate: Rate) -> list[float]:
         """The pending amounts of (day, owner, model, rate)."""
@@ -130,42 +142,69 @@ class ShowbackPending:
     ) -> None:
         """Each GPU in ``use`` (``fresh_use``) was held (by its workload, or by nobody) for
         ``hours``, priced at its node's rate; its measured power is charged too."""
-        # Owners by number (an int hashes in C, an Owner in Python): a tick sees 10,000s of GPUs.
+        uuids = list(use)
+        if not uuids:
+            return
+        holder, owners = self._holders(list(workloads.values()))
+        hits = self._prices(uuids, gpus, rates)
+        n = len(uuids)
+        # Per GPU its group, (owner, model, rate) as one number; every step below is a C loop.
+        who = np.fromiter(map(holder.get, uuids, itertools.repeat(0)), np.intp, n)
+        kind = np.fromiter(map(_KIND, hits), np.intp, n)
+        price = np.fromiter(map(_PRICE, hits), np.float64, n)
+        util = np.fromiter(map(_UTIL, use.values()), np.float64, n)
+        power = np.array(list(map(_POWER, use.values())), dtype=np.float64)  # None: NaN
+        groups, first, at = np.unique(who * len(self._kinds) + kind, return_index=True, return_inverse=True)
+        # Sums per group first, multiplied by the hours once; bincount adds in the order of
+        # ``use``, as adding GPU by GPU did: the same figures.
+        k = groups.size
+        count = np.bincount(at, minlength=k)
+        util_sum = np.bincount(at, util, k)
+        price_sum = np.bincount(at, price, k)
+        watts = np.bincount(at, np.where(np.isnan(power), 0.0, power), k)
+        kinds = self._kind_list
+        for g in np.argsort(first, kind="stable").tolist():  # groups as first seen
+            model, rate = kinds[int(groups[g]) % len(self._kinds)]
+            out = self.acc(day, owners[int(groups[g]) // len(self._kinds)], model, rate)
+            out[HELD] += int(count[g]) * hours
+            out[USED] += float(util_sum[g]) / 100 * hours
+            out[SPEND] += float(price_sum[g]) * hours
+            kwh = float(watts[g]) / 1000 * hours
+            out[KWH] += kwh
+            out[POWER_COST] += self.prices.energy_cost(kwh)
+
+    def _holders(self, workloads: list[Workload]) -> tuple[dict[str, int], list[Owner]]:
+        """Each held GPU's owner, by number in the owners' list (0: nobody); a GPU two workloads
+        hold is the later one's. Kept while the same workload objects come (``LAYOUTS``)."""
+        layout = LAYOUTS.of(workloads)
+        if self._held_by is not None and self._held_by[0] is layout:
+            return self._held_by[1], self._held_by[2]
         owners: list[Owner] = [NOBODY]
         number: dict[tuple[str, str], int] = {(NOBODY.user, NOBODY.team): 0}
         holder: dict[str, int] = {}
-        for w in workloads.values():
+        for w in layout.workloads:
             n = number.setdefault((w.owner.user, w.owner.team), len(owners))
             if n == len(owners):
                 owners.append(w.owner)
             holder.update(dict.fromkeys(w.gpu_uuids, n))
-        find, priced = gpus.get, self._priced_by(rates)
-        # Sums per (owner, model, rate) first, multiplied by the hours once.
-        sums: dict[tuple[int, str, Rate], list[float]] = {}
-        for uuid, (util, power) in use.items():
-            gpu = find(uuid)
-            hit = priced.get(uuid)
-            if hit is None or hit[0] is not gpu:  # a GPU is the same object while it is unchanged
-                hit = priced[uuid] = (gpu, *self._price_of(gpu, rates))
-            key = (holder.get(uuid, 0), hit[1], hit[2])
-            acc = sums.get(key)
-            if acc is None:
-                acc = sums[key] = [0.0, 0.0, 0.0, 0.0]
-            acc[0] += 1.0
-            acc[1] += util
-            acc[2] += hit[3]
-            if power is not None:
-                acc[3] += power
-        for (who, model, rate), (count, util_sum, price_sum, watts) in sums.items():
-            out = self.acc(day, owners[who], model, rate)
-            out[HELD] += count * hours
-            out[USED] += util_sum / 100 * hours
-            out[SPEND] += price_sum * hours
-            kwh = watts / 1000 * hours
-            out[KWH] += kwh
-            out[POWER_COST] += self.prices.energy_cost(kwh)
+        self._held_by = (layout, holder, owners)
+        return holder, owners
 
-    def _priced_by(self, rates: NodeRates) -> dict[str, tuple[Gpu | None, str, Rate, float]]:
+    def _prices(self, uuids: list[str], gpus: Mapping[str, Gpu], rates: NodeRates) -> list[_Priced]:
+        """Each GPU's price entry, priced again where its ``Gpu`` is another object than last
+        time (a GPU is the same object while it is unchanged)."""
+        priced = self._priced_by(rates)
+        known = list(map(gpus.get, uuids))
+        hits = list(map(priced.get, uuids))
+        for i in [i for i, (h, g) in enumerate(zip(hits, known, strict=True)) if h is None or h[0] is not g]:
+            model, rate, price = self._price_of(known[i], rates)
+            kind = self._kinds.setdefault((model, rate), len(self._kinds))
+            if kind == len(self._kind_list):
+                self._kind_list.append((model, rate))
+            hits[i] = priced[uuids[i]] = (known[i], kind, price)
+        return cast(list[_Priced], hits)  # every None was replaced
+
+    def _priced_by(self, rates: NodeRates) -> dict[str, _Priced]:
         """Per GPU uuid, its model, rate and price, kept while the nodes' rates are the same maps."""
         seen = self._rates_seen
         refreshed = seen[0] is not rates.by_node or seen[1] is not rates.gpu_price
