@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from gpusteward.domain import health
 from gpusteward.domain.models import Metric, Sample, utc
-from gpusteward.integrations.prometheus.assemble import Identities, _merge
+from gpusteward.integrations.prometheus.assemble import _merge
+from gpusteward.integrations.prometheus.filing import Identities
 from gpusteward.integrations.prometheus.parse import (
     CLOCK_REASONS,
     GR_ENGINE,

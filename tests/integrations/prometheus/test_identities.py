@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpusteward.integrations.prometheus import assemble
-from gpusteward.integrations.prometheus.assemble import Identities
+from gpusteward.integrations.prometheus import filing
+from gpusteward.integrations.prometheus.filing import Identities
 from gpusteward.integrations.prometheus.parse import GpuIdentity, LabelMap, identify_gpu, identify_holder
 
 
@@ -33,13 +33,13 @@ def test_same_answer_as_identifying_afresh() -> None:
 
 def test_a_label_set_is_identified_once_then_the_bound_empties_it(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    real = assemble.identify_gpu
+    real = filing.identify_gpu
 
     def counting(labels: dict[str, str], lm: LabelMap) -> GpuIdentity | None:
         calls.append(labels["UUID"])
         return real(labels, lm)
 
-    monkeypatch.setattr(assemble, "identify_gpu", counting)
+    monkeypatch.setattr(filing, "identify_gpu", counting)
     lm = LabelMap()
     ids = Identities(max_entries=2)
     for _ in range(3):  # three ticks of the same two series

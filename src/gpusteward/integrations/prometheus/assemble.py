@@ -11,6 +11,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -19,11 +20,11 @@ import numpy.typing as npt
 
 from gpusteward.domain.models import Gpu, Metric
 from gpusteward.domain.sample_table import SampleTable
+from gpusteward.integrations.prometheus.filing import FOLDS, NOT_OURS, Filing, Identities
 from gpusteward.integrations.prometheus.parse import (
     FP64_BLANK,
     GR_ENGINE,
     HOLDER,
-    INFO,
     INT32_BLANK,
     MEM_FREE,
     MEM_RESERVED,
@@ -35,8 +36,6 @@ from gpusteward.integrations.prometheus.parse import (
     LabelMap,
     MetricSpec,
     derive_health,
-    identify_gpu,
-    identify_holder,
 )
 from gpusteward.integrations.prometheus.query import RawSeries
 
@@ -44,40 +43,11 @@ if TYPE_CHECKING:
     from gpusteward.integrations.prometheus.remote_write.receiver import Batch
 
 BoolArray = npt.NDArray[np.bool_]
+_KIND, _IDENT, _FIELD = attrgetter("kind"), attrgetter("ident"), attrgetter("field")
+_SCALE, _HOLDER, _UUID = attrgetter("scale"), attrgetter("holder"), attrgetter("uuid")
+_COMPLETE = attrgetter("complete")
 #: What a GPU whose labels name no node or model is called.
 _NO_NODE, _NO_MODEL = "?", "unknown"
-
-
-class Identities:
-    """The GPU and holder each label set names, kept across ticks: a series comes back with the
-    same labels every scrape, so it is identified once, not once per tick. Emptied when it grows
-    past ``max_entries`` (pods come and go; the next tick identifies what is still there)."""
-
-    def __init__(self, max_entries: int = 1_000_000) -> None:
-        self.max_entries = max_entries
-        self._known: dict[bytes | frozenset[tuple[str, str]], tuple[GpuIdentity | None, Holder | None]] = {}
-
-    def identify(
-        self,
-        labels: Mapping[str, str],
-        lm: LabelMap,
-        ignore_pods: re.Pattern[str] | None,
-        key: bytes | None = None,
-    ) -> tuple[GpuIdentity | None, Holder | None]:
-        """``key``: the labels as one bytes, the same every time they come (remote write's
-        encoded labels); by default the whole label set, metric name included."""
-        known_key: bytes | frozenset[tuple[str, str]] = frozenset(labels.items()) if key is None else key
-        known = self._known.get(known_key)
-        if known is None:
-            if len(self._known) >= self.max_entries:
-                self._known.clear()
-            gpu_id = identify_gpu(labels, lm)
-            holder = identify_holder(labels, lm, ignore_pods) if gpu_id else None
-            known = self._known[known_key] = (gpu_id, holder)
-        return known
-
-    def __len__(self) -> int:
-        return len(self._known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,15 +118,44 @@ class Assembler:
     def add_batch(self, batch: Batch) -> None:
         """File every series of a remote-write drain, its points as they are: arrays."""
         self._seal()
-        found = [
-            self._file(labels, labels.get("__name__", ""), True, key)
-            for labels, key in zip(batch.labels, batch.keys, strict=True)
-        ]
-        numbers = np.array([-1 if n is None else n for n in found], dtype=np.intp)
+        known = self._seen.known(self.specs)
+        if all(map(known.__contains__, batch.keys)):
+            filings = list(map(known.__getitem__, batch.keys))
+        else:  # a series not seen before: worked out one by one, and kept
+            filings = [
+                self._seen.filing(lb, lb.get("__name__", ""), self.specs, self.lm, self.ignore_pods, key)
+                for lb, key in zip(batch.labels, batch.keys, strict=True)
+            ]
+        numbers = self._take_all(filings)
         series = np.repeat(numbers, np.diff(batch.bounds))
         filed = series >= 0
         if filed.any():
             self._filed.append((series[filed], batch.t_s[filed], _valid(batch.values[filed])))
+
+    def _take_all(self, filings: list[Filing]) -> npt.NDArray[np.intp]:
+        """``_take`` of each series (with points), as numbers (-1: none); at numpy speed where
+        the assembler has no GPU yet and every identity is complete (no merging to do)."""
+        ours = [f for f in filings if f.kind != NOT_OURS]
+        if self.gpus or not all(map(_COMPLETE, ours)):
+            return np.array([-1 if (n := self._take(f)) is None else n for f in filings], dtype=np.intp)
+        self.series += len(ours)
+        uuids = list(map(_UUID, ours))
+        first = dict(zip(reversed(uuids), map(_IDENT, reversed(ours)), strict=True))
+        self.gpus.update({u: first[u] for u in dict.fromkeys(uuids)})  # as first seen
+        folds = [f for f in ours if f.kind == FOLDS]
+        fold_uuids = list(map(_UUID, folds))
+        numbering = self._gpu_number
+        for u in dict.fromkeys(fold_uuids):
+            numbering.setdefault(u, len(numbering))
+        base = len(self._series_gpu)
+        self._series_gpu.extend(map(numbering.__getitem__, fold_uuids))
+        self._series_field.extend(map(_FIELD, folds))
+        self._series_scale.extend(map(_SCALE, folds))
+        self._series_holder.extend(map(_HOLDER, folds))
+        fold = np.fromiter(map(_KIND, filings), np.intp, len(filings)) == FOLDS
+        numbers = np.full(len(filings), -1, dtype=np.intp)
+        numbers[fold] = base + np.arange(len(folds))
+        return numbers
 
     def _file(
         self, labels: Mapping[str, str], name: str, has_points: bool, key: bytes | None = None
@@ -164,22 +163,23 @@ class Assembler:
         """The number of a series with points to fold; -1 for one that names a known metric and
         a GPU but has nothing to fold (info, a process outside any pod or job, no points); None
         for one that names no known metric or no GPU."""
-        spec = self.specs.get(name)
-        if spec is None:
-            return None
-        ident, holder = self._seen.identify(labels, self.lm, self.ignore_pods, key)
+        f = self._seen.filing(labels, name, self.specs, self.lm, self.ignore_pods, key)
+        return self._take(f, has_points)
+
+    def _take(self, f: Filing, has_points: bool = True) -> int | None:
+        ident = f.ident
         if ident is None:
             return None
         self.series += 1
         known = self.gpus.get(ident.uuid)
         if known is None or (not known.model and ident.model) or (known.index < 0 <= ident.index):
             self.gpus[ident.uuid] = ident if known is None else _merge(known, ident)
-        if spec.field == INFO or (spec.field == HOLDER and holder is None) or not has_points:
+        if f.kind != FOLDS or not has_points:
             return -1
         self._series_gpu.append(self._gpu_number.setdefault(ident.uuid, len(self._gpu_number)))
-        self._series_field.append(spec.field)
-        self._series_scale.append(spec.scale)
-        self._series_holder.append(holder)
+        self._series_field.append(f.field)
+        self._series_scale.append(f.scale)
+        self._series_holder.append(f.holder)
         return len(self._series_gpu) - 1
 
     def _seal(self) -> None:

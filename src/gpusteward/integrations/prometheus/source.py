@@ -24,8 +24,9 @@ from datetime import datetime
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import Gpu, Observation, Sample, Workload, utc
 from gpusteward.domain.sample_table import SampleTable
-from gpusteward.integrations.prometheus.assemble import Assembler, Identities, Slot
+from gpusteward.integrations.prometheus.assemble import Assembler, Slot
 from gpusteward.integrations.prometheus.client import PrometheusClient, QueryResult, TooManySamples
+from gpusteward.integrations.prometheus.filing import Identities
 from gpusteward.integrations.prometheus.parse import (
     DEFAULT_SPECS,
     REQUEST_COUNTERS,

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusteward.integrations.prometheus.assemble import Assembler
+from gpusteward.integrations.prometheus.filing import Identities
 from gpusteward.integrations.prometheus.parse import DEFAULT_SPECS, LabelMap
 from gpusteward.integrations.prometheus.remote_write import Receiver, decode, encode, walk
 from gpusteward.integrations.prometheus.remote_write.proto.remote_pb2 import WriteRequest
@@ -154,29 +155,54 @@ def test_a_request_is_judged_as_its_samples_one_by_one(requests: list[list[tuple
         ]
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.lists(_point, max_size=8), max_size=4))
-def test_a_batch_folds_as_its_series_one_by_one(requests: list[list[tuple[int, int, float]]]) -> None:
-    rx = Receiver(["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"], clock=lambda: T0 / 1000)
+_METRICS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "nvidia_smi_gpu_info",  # info: names a GPU, nothing to fold
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+)
+
+
+def _series_labels(k: int, complete: bool) -> dict[str, str]:
+    """Series ``k``: a metric, a GPU (k // 4), a pod; with its GPU's model and index or not."""
+    labels = {"__name__": _METRICS[k % 4], "UUID": f"GPU-{k // 4}", "pod": f"p{k % 3}", "namespace": "ml"}
+    if complete:
+        labels |= {"modelName": "NVIDIA H100 80GB HBM3", "gpu": str(k // 4)}
+    elif k % 2:  # part of the GPU's identity on some of its series only: they merge
+        labels["gpu"] = str(k // 4)
+    if k % 3 == 1:  # the node on some series only: the GPU is the first series' identity
+        labels["Hostname"] = f"node-{k}"
+    return labels
+
+
+_batch_point = st.tuples(
+    st.integers(0, 11),  # series: 3 GPUs x 4 metrics
+    st.sampled_from([T0 + 1000 * k for k in range(3)]),
+    st.sampled_from([1.0, 2.0, math.nan]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_batch_point, max_size=12), max_size=4), st.booleans(), st.booleans())
+def test_a_batch_folds_as_its_series_one_by_one(
+    requests: list[list[tuple[int, int, float]]], complete: bool, kept: bool
+) -> None:
+    """Whether each series is worked out afresh or taken from what earlier ticks kept (the
+    numpy path, where every GPU's identity is complete), the same GPUs, series and slots."""
+    rx = Receiver(list(_METRICS), clock=lambda: T0 / 1000)
     for req in requests:
-        body = encode(
-            (
-                {
-                    "__name__": "DCGM_FI_DEV_GPU_UTIL" if k % 2 else "DCGM_FI_DEV_FB_USED",
-                    "UUID": f"GPU-{k // 2}",
-                    "pod": f"p{k}",
-                    "namespace": "ml",
-                },
-                [(t, v)],
-            )
-            for k, t, v in req
-        )
-        rx.push(decode(body, 1 << 24))
+        rx.push(decode(encode((_series_labels(k, complete), [(t, v)]) for k, t, v in req), 1 << 24))
     batch = rx.drain_batch()
-    whole, one_by_one = (Assembler(DEFAULT_SPECS, LabelMap(), 10.0) for _ in range(2))
+    ids = Identities()
+    if kept:  # an earlier tick filed the same series
+        Assembler(DEFAULT_SPECS, LabelMap(), 10.0, identities=ids).add_batch(batch)
+    whole = Assembler(DEFAULT_SPECS, LabelMap(), 10.0, identities=ids)
+    one_by_one = Assembler(DEFAULT_SPECS, LabelMap(), 10.0)
     whole.add_batch(batch)
     for s in batch.series():
         one_by_one.add(s)
+    assert list(whole.gpus.items()) == list(one_by_one.gpus.items())
+    assert whole.series == one_by_one.series
     slots = [whole.slots(), one_by_one.slots()]
     assert [[(s.start_s, list(s.samples), dict(s.holders)) for s in slot] for slot in slots[:1]] == [
         [(s.start_s, list(s.samples), dict(s.holders)) for s in slot] for slot in slots[1:]
