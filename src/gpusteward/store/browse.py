@@ -9,7 +9,6 @@ no total count on purpose: counting every match of a free-text search is a full 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -82,7 +81,7 @@ def _words(
 
 
 def _as_text(column: ColumnElement[Any]) -> ColumnElement[str]:
-    # JSON columns hold the text SQLAlchemy wrote (json.dumps) on SQLite and PostgreSQL alike.
+    # JSON columns hold the text the store wrote (fastjson.dumps_text) on SQLite and PostgreSQL alike.
     return cast(column, Text)
 
 
@@ -159,7 +158,7 @@ def _finding_where(f: FindingFilter) -> list[Any]:
             where.append(c.workload_id.in_(snapshot))
     if f.node:
         gpus = _as_text(c.gpu_uuids)
-        held = [gpus.contains(json.dumps(u), autoescape=True) for u in f.node_gpus]
+        held = [gpus.contains(fastjson.dumps_text(u), autoescape=True) for u in f.node_gpus]
         where.append(or_(*held, c.message.contains(f.node, autoescape=True)))
     return where
 
