@@ -205,7 +205,7 @@ class ShowbackPending:
         return cast(list[_Priced], hits)  # every None was replaced
 
     def _priced_by(self, rates: NodeRates) -> dict[str, _Priced]:
-        """Per GPU uuid, its model, rate and price, kept while the nodes' rates are the same maps."""
+        """The price entries by GPU uuid, kept while the nodes' rates are the same maps."""
         seen = self._rates_seen
         refreshed = seen[0] is not rates.by_node or seen[1] is not rates.gpu_price
         if refreshed or len(self._priced) > 200_000:  # price again; GPUs gone long ago are dropped
