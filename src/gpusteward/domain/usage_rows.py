@@ -17,6 +17,21 @@ from gpusteward.domain.records import UsageAmounts, UsageKey
 UsageRow = tuple[str, str, str, str, int, int, float, float, int]
 
 
+def usage_row(key: UsageKey, a: UsageAmounts) -> UsageRow:
+    """One (day, workload)'s key and amounts as a row (``UsageRows`` reads rows back as these)."""
+    return (
+        key.day,
+        key.workload_id,
+        a.user,
+        a.team,
+        a.gpus_requested,
+        a.gpus_held,
+        a.held_gpu_hours,
+        a.busy_gpu_hours,
+        a.advise_idle_gpus,
+    )
+
+
 class UsageRows(Mapping[UsageKey, UsageAmounts]):
     """``rows``, one per (day, workload): read as a mapping, each row is its key and amounts."""
 

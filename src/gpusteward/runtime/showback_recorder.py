@@ -108,9 +108,8 @@ class ShowbackPending:
         #: Per GPU uuid: the Gpu it was priced as, its (model, rate) number and its price.
         self._priced: dict[str, _Priced] = {}
         self._rates_seen: tuple[object, object] = (None, None)
-        #: (model, rate) pairs by number, and their numbers.
+        #: (model, rate) pairs -> their numbers, in number order.
         self._kinds: dict[tuple[str, Rate], int] = {}
-        self._kind_list: list[tuple[str, Rate]] = []
         self._held_by: tuple[Layout, dict[str, int], list[Owner]] | None = None
 
     def acc(self, day: str, owner: Owner, model: str, rate: Rate) -> list[float]:
@@ -154,7 +153,8 @@ class ShowbackPending:
         price = np.fromiter(map(_PRICE, hits), np.float64, n)
         util = np.fromiter(map(_UTIL, use.values()), np.float64, n)
         power = np.array(list(map(_POWER, use.values())), dtype=np.float64)  # None: NaN
-        groups, first, at = np.unique(who * len(self._kinds) + kind, return_index=True, return_inverse=True)
+        kinds = list(self._kinds)  # by number
+        groups, first, at = np.unique(who * len(kinds) + kind, return_index=True, return_inverse=True)
         # Sums per group first, multiplied by the hours once; bincount adds in the order of
         # ``use``, as adding GPU by GPU did: the same figures.
         k = groups.size
@@ -162,10 +162,10 @@ class ShowbackPending:
         util_sum = np.bincount(at, util, k)
         price_sum = np.bincount(at, price, k)
         watts = np.bincount(at, np.where(np.isnan(power), 0.0, power), k)
-        kinds = self._kind_list
         for g in np.argsort(first, kind="stable").tolist():  # groups as first seen
-            model, rate = kinds[int(groups[g]) % len(self._kinds)]
-            out = self.acc(day, owners[int(groups[g]) // len(self._kinds)], model, rate)
+            owner, number = divmod(int(groups[g]), len(kinds))
+            model, rate = kinds[number]
+            out = self.acc(day, owners[owner], model, rate)
             out[HELD] += int(count[g]) * hours
             out[USED] += float(util_sum[g]) / 100 * hours
             out[SPEND] += float(price_sum[g]) * hours
@@ -199,8 +199,6 @@ class ShowbackPending:
         for i in [i for i, (h, g) in enumerate(zip(hits, known, strict=True)) if h is None or h[0] is not g]:
             model, rate, price = self._price_of(known[i], rates)
             kind = self._kinds.setdefault((model, rate), len(self._kinds))
-            if kind == len(self._kind_list):
-                self._kind_list.append((model, rate))
             hits[i] = priced[uuids[i]] = (known[i], kind, price)
         return cast(list[_Priced], hits)  # every None was replaced
 

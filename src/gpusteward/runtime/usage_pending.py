@@ -34,8 +34,8 @@ class _Day:
     """One day's rows: one per workload seen that day, in the order they were first seen."""
 
     def __init__(self) -> None:
+        #: Workload id -> row (in row order).
         self.index: dict[str, int] = {}
-        self.ids: list[str] = []
         self.user: ObjArray = np.empty(0, dtype=object)
         self.team: ObjArray = np.empty(0, dtype=object)
         self.counts: IntArray = np.zeros((0, 3), dtype=np.int64)
@@ -45,12 +45,10 @@ class _Day:
 
     def rows(self, workloads: Sequence[Workload]) -> npt.NDArray[np.intp]:
         """The row of each workload, new ones added (untouched) at the end."""
-        index, ids = self.index, self.ids
+        index = self.index
         for w in workloads:
-            if w.id not in index:
-                index[w.id] = len(ids)
-                ids.append(w.id)
-        grow = len(ids) - self.touched.size
+            index.setdefault(w.id, len(index))
+        grow = len(index) - self.touched.size
         if grow > 0:
             self.user = np.concatenate((self.user, np.full(grow, "", dtype=object)))
             self.team = np.concatenate((self.team, np.full(grow, "", dtype=object)))
@@ -149,7 +147,7 @@ class UsagePending:
         for day, d in self._days.items():
             at = np.flatnonzero(d.touched)
             (req, held, idle), (held_h, busy_h) = d.counts[at].T.tolist(), d.hours[at].T.tolist()
-            ids = map(d.ids.__getitem__, at.tolist())
+            ids = map(list(d.index).__getitem__, at.tolist())
             users, teams = d.user[at].tolist(), d.team[at].tolist()
             rows.extend(
                 zip(itertools.repeat(day), ids, users, teams, req, held, held_h, busy_h, idle, strict=False)

@@ -31,7 +31,7 @@ from gpusteward.domain.records import (
     day_key,
     jsonable,
 )
-from gpusteward.domain.usage_rows import UsageRows
+from gpusteward.domain.usage_rows import UsageRows, usage_row
 from gpusteward.store import showback as showback_sql
 from gpusteward.store.bulk import Bulk
 from gpusteward.store.dbschema import (
@@ -175,24 +175,8 @@ class LedgerStore:
         their largest, the owner is the newest (no read of the stored rows first)."""
         if not usage:
             return
-        rows = (
-            usage.rows
-            if isinstance(usage, UsageRows)  # the recorder's: the upsert's rows already
-            else [
-                (
-                    k.day,
-                    k.workload_id,
-                    a.user,
-                    a.team,
-                    a.gpus_requested,
-                    a.gpus_held,
-                    a.held_gpu_hours,
-                    a.busy_gpu_hours,
-                    a.advise_idle_gpus,
-                )
-                for k, a in usage.items()
-            ]
-        )
+        # The recorder's are the upsert's rows already.
+        rows = usage.rows if isinstance(usage, UsageRows) else [usage_row(k, a) for k, a in usage.items()]
         _USAGE_UPSERT.run(conn, sorted(rows))
 
     # -- reading ------------------------------------------------------------------------------

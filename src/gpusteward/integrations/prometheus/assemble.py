@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 BoolArray = npt.NDArray[np.bool_]
 _KIND, _IDENT, _FIELD = attrgetter("kind"), attrgetter("ident"), attrgetter("field")
-_SCALE, _HOLDER, _UUID = attrgetter("scale"), attrgetter("holder"), attrgetter("uuid")
+_SCALE, _HOLDER, _UUID = attrgetter("scale"), attrgetter("holder"), attrgetter("ident.uuid")
 _COMPLETE = attrgetter("complete")
 #: What a GPU whose labels name no node or model is called.
 _NO_NODE, _NO_MODEL = "?", "unknown"

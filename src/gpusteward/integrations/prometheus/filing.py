@@ -39,7 +39,6 @@ class Filing:
     field: str = ""
     scale: float = 1.0
     holder: Holder | None = None
-    uuid: str = ""  # the identity's
     #: The identity names a model and an index: no other series of its GPU adds to it.
     complete: bool = False
 
@@ -99,7 +98,7 @@ class Identities:
             folds = spec.field != INFO and not (spec.field == HOLDER and holder is None)
             complete = bool(ident.model) and ident.index >= 0
             kind = FOLDS if folds else NOTHING_TO_FOLD
-            out = Filing(kind, ident, spec.field, spec.scale, holder, ident.uuid, complete)
+            out = Filing(kind, ident, spec.field, spec.scale, holder, complete)
         if key is not None:
             if len(self._filings) >= self.max_entries:
                 self._filings.clear()
