@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, bindparam, create_engine, delete, event, func, insert, or_, select, update
+from sqlalchemy import Table, bindparam, create_engine, event, func, insert, or_, select, update
 from sqlalchemy.engine import Connection, Row, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
@@ -30,7 +30,7 @@ from gpusteward.domain.records import (
     SnoozeRecord,
     WorkloadRecord,
 )
-from gpusteward.store import audit_chain, episodes, schema
+from gpusteward.store import audit_chain, episodes, ladders, schema
 from gpusteward.store.actions import ActionLog, inserted_id
 from gpusteward.store.controls import OwnerControls
 from gpusteward.store.dbschema import (
@@ -52,7 +52,6 @@ from gpusteward.store.rows import (
     decision_row,
     episode_of,
     ladder_of,
-    ladder_row,
     notice_of,
     notice_row,
     workload_of,
@@ -181,17 +180,11 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
 
     def update_ladders(self, save: Iterable[LadderState], clear: Iterable[str], *, dry_run: bool) -> None:
         """Save some ladders and end others in one transaction (what ``decide`` returns each tick)."""
-        states = list(save)
-        ids = sorted({s.workload_id for s in states} | set(clear))
-        if not ids:
+        states, cleared = list(save), list(clear)
+        if not (states or cleared):
             return
-        c = ladders_t.c
         with self._tx("save ladders") as conn:
-            # Delete then insert: a portable upsert, atomic inside the transaction.
-            for chunk in chunks(ids):
-                conn.execute(delete(ladders_t).where(c.dry_run == dry_run, c.workload_id.in_(chunk)))
-            if states:
-                conn.execute(insert(ladders_t), [ladder_row(s, dry_run) for s in states])
+            ladders.save(conn, states, cleared, dry_run=dry_run)
 
     def save_ladders(self, states: Iterable[LadderState], dry_run: bool) -> None:
         self.update_ladders(states, (), dry_run=dry_run)

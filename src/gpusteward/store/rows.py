@@ -121,10 +121,6 @@ def row_of(record: Any, **extra: Any) -> dict[str, Any]:
 
 
 # -- the records of each table -------------------------------------------------------------------
-def ladder_row(state: LadderState, dry_run: bool) -> dict[str, Any]:
-    return row_of(state, dry_run=dry_run)
-
-
 def ladder_of(r: Row[Any]) -> LadderState:
     return record_of(LadderState, r._mapping)
 
