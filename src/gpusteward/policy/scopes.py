@@ -38,13 +38,14 @@ class Scope:
 
     def pace(self, state: LadderState, now: datetime, *, advice: bool) -> str:
         """Why the ladder moves slower or faster than configured, with when the stop comes."""
-        slow = f" (scope {self.name} runs {self.slowdown:g}x slower after a suspected false kill)"
-        if advice:
-            return slow if self.slowdown > 1 else ""
+        slow = ""
+        if self.slowdown > 1:
+            slow = f" (scope {self.name} runs {self.slowdown:g}x slower after a suspected false kill)"
+        if advice or self.demand is None:  # no queue read: nothing to say about the stop's time
+            return slow
         steps = ladder.schedule(state, self.timings, now, advice=False, max_level=self.cap)
         stop = next((ladder.when(at, now) for s, at in steps if s is ladder.GRACEFUL_STOP), "")
-        said = demand.sentence(self.demand, stop, slowed=self.slowdown > 1)
-        return (slow if self.slowdown > 1 else "") + said
+        return slow + demand.sentence(self.demand, stop, slowed=self.slowdown > 1)
 
     @property
     def cap(self) -> Level:
