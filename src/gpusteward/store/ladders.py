@@ -9,9 +9,7 @@ column and row as SQLAlchemy's per-row processing did.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy import delete
 from sqlalchemy.dialects import postgresql, sqlite
@@ -19,7 +17,7 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import ClauseElement
 
 from gpusteward.domain.models import LadderState
-from gpusteward.store.bulk import Bulk, bound
+from gpusteward.store.bulk import Bulk, bound, times
 from gpusteward.store.dbschema import ladders_t
 from gpusteward.store.rows import chunks
 
@@ -49,20 +47,6 @@ def _upsert(dialect: Dialect) -> ClauseElement:
 _UPSERT = Bulk(_upsert, _COLUMNS)
 
 
-def _times(dialect: Dialect) -> Callable[[datetime | None], Any]:
-    """The driver's value of a time (every time column has the same type), worked out once per
-    distinct time of this save."""
-    column = ladders_t.c.last_seen_at
-    done: dict[datetime | None, Any] = {None: None}
-
-    def value(at: datetime | None) -> Any:
-        if at not in done:
-            done[at] = bound(dialect, column, at)
-        return done[at]
-
-    return value
-
-
 def save(conn: Connection, states: Sequence[LadderState], clear: Iterable[str], *, dry_run: bool) -> None:
     """Save ``states`` (each replacing its workload's ladder in this mode) and end the ladders
     of ``clear``; a workload in both keeps the saved one."""
@@ -70,7 +54,7 @@ def save(conn: Connection, states: Sequence[LadderState], clear: Iterable[str], 
     gone = sorted(set(clear) - {s.workload_id for s in states})
     for chunk in chunks(gone):
         conn.execute(delete(ladders_t).where(c.dry_run == dry_run, c.workload_id.in_(chunk)))
-    at, mode = _times(conn.dialect), bound(conn.dialect, c.dry_run, dry_run)
+    at, mode = times(conn.dialect, c.last_seen_at), bound(conn.dialect, c.dry_run, dry_run)
     rows = [
         (
             s.workload_id,
