@@ -100,6 +100,7 @@ ident_st = st.tuples(
 def test_absorb_gpus_keeps_the_same_objects_as_building_each(ticks: list[dict[str, Any]]) -> None:
     src = PrometheusSource(cast(Any, None), interval_s=10, window_s=600)
     ref: dict[str, Gpu] = {}
+    listed = src._gpu_list()
     for tick in ticks:
         asm = Assembler(src.specs, src.labels, 10.0)
         for uuid, (node, index, model, mem) in tick.items():
@@ -114,3 +115,20 @@ def test_absorb_gpus_keeps_the_same_objects_as_building_each(ticks: list[dict[st
         for uuid, gpu in src._gpus.items():
             if uuid in before and before[uuid] == ref[uuid]:
                 assert gpu is before[uuid]
+        # The observation's GPUs are the same tuple while none changed (the loop skips them).
+        unchanged = src._gpus.keys() == before.keys() and all(src._gpus[u] is g for u, g in before.items())
+        prev, listed = listed, src._gpu_list()
+        assert listed == tuple(ref.values())
+        assert (listed is prev) == unchanged
+
+
+def test_a_gpu_forgotten_leaves_the_observed_gpus() -> None:
+    src = PrometheusSource(cast(Any, None), interval_s=10, window_s=600)
+    asm = Assembler(src.specs, src.labels, 10.0)
+    for uuid in ("GPU-a", "GPU-b"):
+        asm.gpus[uuid] = GpuIdentity(uuid, "n1", 0, "H100")
+    src._absorb_gpus(asm)
+    src._last_seen.update({"GPU-a": 100.0, "GPU-b": 500.0})
+    assert [g.uuid for g in src._gpu_list()] == ["GPU-a", "GPU-b"]
+    src._forget(before_s=200.0)
+    assert [g.uuid for g in src._gpu_list()] == ["GPU-b"]

@@ -103,6 +103,7 @@ class PrometheusSource:
         self._series = 0
         self._min_shards = 1
         self._gpus: dict[str, Gpu] = {}
+        self._gpu_tuple: tuple[Gpu, ...] | None = None  # _gpu_list's
         self._last_seen: dict[str, float] = {}
         self._identities = Identities()
         self._holders: dict[str, Holder | None] = {}
@@ -182,7 +183,16 @@ class PrometheusSource:
             if old is not None and old.memory_total_mib > gpu.memory_total_mib:
                 gpu = Gpu(gpu.uuid, gpu.node, gpu.index, gpu.model, old.memory_total_mib)
             # An unchanged GPU stays the same object: the loop prices it once, not every tick.
-            self._gpus[uuid] = old if old == gpu else gpu
+            if old != gpu:
+                self._gpus[uuid] = gpu
+                self._gpu_tuple = None
+
+    def _gpu_list(self) -> tuple[Gpu, ...]:
+        """The GPUs known, as the same tuple for as long as none changes: the loop prices and
+        registers the GPUs of an observation only when it gets another tuple."""
+        if self._gpu_tuple is None:
+            self._gpu_tuple = tuple(self._gpus.values())
+        return self._gpu_tuple
 
     def _apply(self, slot: Slot) -> bool:
         """Take in one slot's holders and sample times; True when a holder changed."""
@@ -224,7 +234,7 @@ class PrometheusSource:
         for uuid in [u for u, t in self._last_seen.items() if t < before_s]:
             for d in (self._gpus, self._last_seen, self._holders, self._holder_at):
                 d.pop(uuid, None)
-            self._workload_cache = None
+            self._workload_cache, self._gpu_tuple = None, None
         holding = {h.id for h in self._holders.values() if h is not None}
         for wid in [w for w in self._started if w not in holding]:
             del self._started[wid]
@@ -275,7 +285,7 @@ class PrometheusSource:
             samples = tuple(self._with_requests(list(samples), now, errors))
         return Observation(
             at=now,
-            gpus=tuple(self._gpus.values()),
+            gpus=self._gpu_list(),
             samples=samples,
             workloads=self._workloads(changed),
             errors=tuple(errors),

@@ -46,7 +46,7 @@ class RemoteWriteSource:
         self._log_drops()
         return Observation(
             at=now,
-            gpus=tuple(book._gpus.values()),
+            gpus=book._gpu_list(),
             samples=SampleTable.concat([slot.samples for slot in slots]),
             workloads=book._workloads(changed),
         )
