@@ -32,15 +32,7 @@ from gpusteward.analysis.cost import PriceTable
 from gpusteward.analysis.engine import AnalysisInput, AnalysisResult, analyse
 from gpusteward.analysis.rules import CompiledRule
 from gpusteward.domain.errors import SourceError, StoreError
-from gpusteward.domain.models import (
-    Action,
-    Decision,
-    Gpu,
-    Hold,
-    Observation,
-    RuleAction,
-    Workload,
-)
+from gpusteward.domain.models import Action, Decision, Gpu, Hold, Observation, RuleAction, Workload
 from gpusteward.domain.ports import Clock, Leadership, Source
 from gpusteward.domain.store_ports import TickStore
 from gpusteward.policy import PolicySettings
@@ -50,6 +42,7 @@ from gpusteward.runtime.consolidation_step import ConsolidationStep
 from gpusteward.runtime.followup import follow_up
 from gpusteward.runtime.gap_history import GapHistory
 from gpusteward.runtime.health_step import HealthStep
+from gpusteward.runtime.holder_map import HolderMap
 from gpusteward.runtime.infra_plans import infra_plans
 from gpusteward.runtime.insights import Insights
 from gpusteward.runtime.instance_step import InstanceStep
@@ -134,6 +127,7 @@ class Steward:
             self.ledger = LedgerRecorder(self.store, self.prices)
         self.reconciler = Reconciler(self.runner)
         self._gpus_seen: tuple[Gpu, ...] | None = None
+        self._holders = HolderMap()
         self.unsnoozable_rules = frozenset(r.name for r in self.rules if not r.spec.snoozable)
 
     @property
@@ -146,9 +140,8 @@ class Steward:
             self.gpus.update((g.uuid, g) for g in self.prices.with_prices(obs.gpus))
             self.window.register(g.uuid for g in obs.gpus)
             self._gpus_seen = obs.gpus
-        workloads = {w.id: w for w in obs.workloads}
-        holders = {uuid: w.id for w in obs.workloads for uuid in w.gpu_uuids}
-        self.window.ingest(obs.at, obs.samples, {g.uuid: holders.get(g.uuid, "") for g in obs.gpus})
+        workloads, holders = self._holders.of(obs)
+        self.window.ingest(obs.at, obs.samples, holders)
         return workloads
 
     def _observe(self, now: datetime) -> tuple[Observation | None, str]:
