@@ -92,6 +92,7 @@ ident_st = st.tuples(
     st.integers(-1, 1),
     st.sampled_from(["", "H100"]),
     st.sampled_from([None, 0.0, 40960.0, 81559.0]),  # memory total: None = not seen this tick
+    st.booleans(),  # a new identity object, where the cached identities would hand back the last
 )
 
 
@@ -101,10 +102,13 @@ def test_absorb_gpus_keeps_the_same_objects_as_building_each(ticks: list[dict[st
     src = PrometheusSource(cast(Any, None), interval_s=10, window_s=600)
     ref: dict[str, Gpu] = {}
     listed = src._gpu_list()
+    made: dict[tuple[str, str, int, str], GpuIdentity] = {}
     for tick in ticks:
         asm = Assembler(src.specs, src.labels, 10.0)
-        for uuid, (node, index, model, mem) in tick.items():
-            asm.gpus[uuid] = GpuIdentity(uuid, node, index, model)
+        for uuid, (node, index, model, mem, fresh) in tick.items():
+            ident = GpuIdentity(uuid, node, index, model)
+            key = (uuid, node, index, model)
+            asm.gpus[uuid] = made[key] = ident if fresh or key not in made else made[key]
             if mem is not None:
                 asm.mem_total[uuid] = mem
         before = dict(src._gpus)

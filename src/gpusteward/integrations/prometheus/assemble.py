@@ -145,8 +145,8 @@ class Assembler:
         folds = [f for f in ours if f.kind == FOLDS]
         fold_uuids = list(map(_UUID, folds))
         numbering = self._gpu_number
-        for u in dict.fromkeys(fold_uuids):
-            numbering.setdefault(u, len(numbering))
+        fresh = list(itertools.filterfalse(numbering.__contains__, dict.fromkeys(fold_uuids)))
+        numbering.update(zip(fresh, itertools.count(len(numbering))))
         base = len(self._series_gpu)
         self._series_gpu.extend(map(numbering.__getitem__, fold_uuids))
         self._series_field.extend(map(_FIELD, folds))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,6 +31,7 @@ from gpusteward.integrations.prometheus.filing import Identities
 from gpusteward.integrations.prometheus.parse import (
     DEFAULT_SPECS,
     REQUEST_COUNTERS,
+    GpuIdentity,
     Holder,
     LabelMap,
     MetricSpec,
@@ -104,6 +106,7 @@ class PrometheusSource:
         self._min_shards = 1
         self._gpus: dict[str, Gpu] = {}
         self._gpu_tuple: tuple[Gpu, ...] | None = None  # _gpu_list's
+        self._absorbed: dict[str, GpuIdentity] = {}  # each GPU's identity as last absorbed
         self._last_seen: dict[str, float] = {}
         self._identities = Identities()
         self._holders: dict[str, Holder | None] = {}
@@ -175,9 +178,15 @@ class PrometheusSource:
     # -- state --------------------------------------------------------------------
 
     def _absorb_gpus(self, asm: Assembler) -> None:
-        for uuid in asm.gpus:
+        # An identity object absorbed before (the cached identities hand back the same one)
+        # made the GPU kept: only its memory total can have grown since.
+        last, mem = self._absorbed, asm.mem_total
+        for uuid, ident in asm.gpus.items():
             old = self._gpus.get(uuid)
-            if old is not None and asm.kept(uuid, old):
+            if old is not None and (
+                (last.get(uuid) is ident and old.memory_total_mib >= mem.get(uuid, 0.0))
+                or asm.kept(uuid, old)
+            ):
                 continue
             gpu = asm.gpu(uuid)
             if old is not None and old.memory_total_mib > gpu.memory_total_mib:
@@ -186,6 +195,7 @@ class PrometheusSource:
             if old != gpu:
                 self._gpus[uuid] = gpu
                 self._gpu_tuple = None
+        last.update(asm.gpus)
 
     def _gpu_list(self) -> tuple[Gpu, ...]:
         """The GPUs known, as the same tuple for as long as none changes: the loop prices and
@@ -200,13 +210,15 @@ class PrometheusSource:
         if start_s >= self._holders_upto:  # slots come in time order: newer than every one kept
             known, started = self._holders, self._started
             # The cached identities hand back the same Holder object: `is` settles most.
-            changed = any(
-                o is not h and o != h for o, h in zip(map(known.get, holders), holders.values(), strict=True)
+            olds, news = list(map(known.get, holders)), holders.values()
+            changed = any(map(operator.is_not, olds, news)) and any(
+                o != h for o, h in zip(olds, news, strict=True) if o is not h
             )
             known.update(holders)
             self._holder_at.update(dict.fromkeys(holders, start_s))
             self._holders_upto = start_s
-            for h in holders.values():
+            # Every holder it had already was started when it came: only a change brings new ones.
+            for h in news if changed else ():
                 if h is not None and h.id not in started:
                     started[h.id] = utc(start_s)
         else:
@@ -232,7 +244,7 @@ class PrometheusSource:
     def _forget(self, before_s: float) -> None:
         """GPUs silent for a whole window are gone; so are workloads that hold nothing."""
         for uuid in [u for u, t in self._last_seen.items() if t < before_s]:
-            for d in (self._gpus, self._last_seen, self._holders, self._holder_at):
+            for d in (self._gpus, self._absorbed, self._last_seen, self._holders, self._holder_at):
                 d.pop(uuid, None)
             self._workload_cache, self._gpu_tuple = None, None
         holding = {h.id for h in self._holders.values() if h is not None}
