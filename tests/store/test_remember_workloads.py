@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
+from sqlalchemy import event
+
+from gpusteward.domain.errors import StoreError
 from gpusteward.domain.models import Owner, Workload, WorkloadKind
 from gpusteward.store.db import SEEN_EVERY, StateStore
 
@@ -55,3 +60,40 @@ def test_last_seen_never_lags_past_seen_every_nor_runs_ahead(store: StateStore) 
     rec = store.workload_info("j1")
     assert rec is not None
     assert rec.last_seen_at == T0
+
+
+def test_a_steady_tick_runs_no_statement_until_seen_every_is_due(store: StateStore) -> None:
+    jobs = [_job("j1", "train"), _job("j2", "eval")]
+    statements: list[str] = []
+    event.listen(store._engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    store.remember_workloads(jobs, T0)
+    written = len(statements)
+    assert written > 0
+    store.remember_workloads(list(jobs), T0 + timedelta(minutes=1))  # the same objects
+    assert len(statements) == written
+    store.remember_workloads(list(jobs), T0 + SEEN_EVERY)  # last_seen_at is due
+    assert len(statements) > written
+    rec = store.workload_info("j2")
+    assert rec is not None
+    assert rec.last_seen_at == T0 + SEEN_EVERY
+
+
+def test_a_write_that_failed_is_made_again_in_full(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = _job("j1", "train")
+    store.remember_workloads([job], T0)
+    renamed = [replace(job, name="train-v2")]
+    real = store._tx
+
+    def broken(what: str) -> Any:
+        raise StoreError(f"{what}: disk full")
+
+    monkeypatch.setattr(store, "_tx", broken)
+    with pytest.raises(StoreError):
+        store.remember_workloads(renamed, T0 + timedelta(minutes=1))
+    monkeypatch.setattr(store, "_tx", real)
+    store.remember_workloads(renamed, T0 + timedelta(minutes=2))  # the same list again
+    rec = store.workload_info("j1")
+    assert rec is not None
+    assert rec.name == "train-v2"
