@@ -233,6 +233,16 @@ def test_budget_caps_the_gpu_share_per_hour() -> None:
     assert d["big"].gpu_uuids == ("GPU-0", "GPU-1", "GPU-2")
 
 
+def test_the_gpu_share_counts_gpus_workloads_hold_that_no_node_lists() -> None:
+    # 4 GPUs listed, 4 more held by the workloads only: 8 in all, 25 % of them is 2 an hour.
+    listed = gpus(4)
+    pair, other = workload("pair", ["GPU-0", "GPU-1"]), workload("other", ["X-0", "X-1", "X-2", "X-3"])
+    states = {w.id: at_step(w.id, "warn-2", w) for w in (pair, other)}
+    findings = [finding("pair", pair.gpu_uuids, cost=2)]
+    d = by_id(run([pair, other], findings, states, gpu_map=listed))
+    assert d["pair"].acts  # counted over the 4 listed alone, 25 % would be 1 GPU: held
+
+
 def test_reserve_keeps_the_configured_share_of_each_pool_idle() -> None:
     gmap = {**gpus(8, "a", prefix="A"), **gpus(4, "b", prefix="B")}
     gmap["A-0"] = Gpu("A-0", "node-0", 0, "T4", 16384.0, 0.5, "a")

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from itertools import chain
+from operator import attrgetter
 
 from gpusteward.domain.models import (
     Decision,
@@ -97,6 +99,10 @@ class _Plan:
     waiting_key: str = ""
     approved_by: str = ""
     scope: Scope | None = None
+
+
+#: Every GPU of a workload (the fleet's size counts those a source lists under no node too).
+_UUIDS = attrgetter("gpu_uuids")
 
 
 def idempotency_key(state: LadderState, step: Step) -> str:
@@ -349,7 +355,7 @@ def decide(inp: PolicyInput, settings: PolicySettings) -> PolicyResult:
     _hold_all(
         plans, guards.reserve(_candidates(stops, only=ladder.GRACEFUL_STOP), inp.gpus, settings.reserve.share)
     )
-    total = len(set(inp.gpus) | {u for w in inp.workloads.values() for u in w.gpu_uuids})
+    total = len(inp.gpus.keys() | chain.from_iterable(map(_UUIDS, inp.workloads.values())))
     budget = guards.budget(
         _candidates(stops),
         settings.budget,
