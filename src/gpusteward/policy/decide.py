@@ -101,7 +101,7 @@ class _Plan:
     scope: Scope | None = None
 
 
-#: Every GPU of a workload (the fleet's size counts those a source lists under no node too).
+#: A workload's GPUs: the fleet the budget's share is of counts those no source lists too.
 _UUIDS = attrgetter("gpu_uuids")
 
 

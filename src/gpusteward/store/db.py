@@ -1,8 +1,9 @@
 """Durable state in SQL: pause flag, ladders, finding episodes, decisions, actions, notices,
 the append-only audit log and workload snapshots (schema in ``dbschema``).
 
-SQLite by default, PostgreSQL-compatible (no dialect-specific SQL). Each public method is one
-short transaction, batched per tick; SQLAlchemy errors become ``StoreError`` with the cause.
+SQLite by default, PostgreSQL-compatible (dialect-specific only in the upserts a tick runs over
+thousands of rows, ``store/bulk.py``'s). Each public method is one short transaction, batched
+per tick; SQLAlchemy errors become ``StoreError`` with the cause.
 """
 
 from __future__ import annotations
