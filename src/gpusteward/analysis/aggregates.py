@@ -161,6 +161,7 @@ class EvalContext:
         self._unknown = gpu_index < 0
         self._safe_index = np.where(self._unknown, 0, gpu_index)
         self._cache: dict[object, FloatArray] = {}
+        self._constants: dict[Aggregate, np.float64 | None] = {}
 
     def aggregate(self, agg: Aggregate) -> FloatArray:
         hit = self._cache.get(agg)
@@ -174,6 +175,32 @@ class EvalContext:
                 hit[self._unknown] = np.nan
             self._cache[agg] = hit
         return hit
+
+    def value(self, agg: Aggregate) -> FloatArray | np.float64:
+        """What an expression reads: ``aggregate``, or one number where that is the same for every
+        holding (a metric the store holds no data for, as the health readings of a source without
+        them), so the expression works on that number rather than on an array of copies."""
+        c = self.constant(agg)
+        return self.aggregate(agg) if c is None else c
+
+    def constant(self, agg: Aggregate) -> np.float64 | None:
+        """The value every holding has for ``agg``, found without computing it per holding;
+        None where it may differ."""
+        if agg not in self._constants:
+            self._constants[agg] = self._constant(agg)
+        return self._constants[agg]
+
+    def _constant(self, agg: Aggregate) -> np.float64 | None:
+        if agg.func in INPUTS or self.size == 0:
+            return None
+        if len(self.view) == 0 or agg.metric not in self.view.metrics:
+            return np.float64(np.nan)  # as ``aggregate`` has it
+        if not self.view.blank(agg.metric):
+            return None
+        # No data: every GPU's answer is the same (NaN, or a coverage of 0); a holding whose GPU
+        # the store never saw has NaN, so a number other than NaN is shared only without those.
+        c = np.float64(agg.compute(self.view)[0])
+        return c if np.isnan(c) or not self._unknown.any() else None
 
     def attribute(self, name: str) -> FloatArray:
         hit = self._cache.get(name)

@@ -31,7 +31,6 @@ from gpusteward.analysis.holdings import Holdings, PerRule
 from gpusteward.analysis.inputs import GapHistory, make_inputs
 from gpusteward.analysis.messages import Columns, messages
 from gpusteward.analysis.rules import CompiledRule
-from gpusteward.domain.classes import CLASSES
 from gpusteward.domain.models import (
     HEALTH_METRICS,
     Finding,
@@ -94,7 +93,7 @@ def _trips(
     if not judged.any():  # e.g. a window longer than the store keeps: nothing can trip
         return judged, all_judged
     if rule.spec.classes:
-        judged = judged & np.isin(h.class_codes(), [CLASSES.index(c) for c in rule.spec.classes])
+        judged = judged & h.in_classes(rule.spec.classes)
         if not judged.any():
             return judged, all_judged
     trip = rule.when.evaluate_bool(ctx) & judged
@@ -255,9 +254,15 @@ def _context(inp: AnalysisInput, h: Holdings) -> tuple[EvalContext, BoolArray]:
     return ctx, fresh
 
 
-def _repair(rules: Sequence[CompiledRule], inp: AnalysisInput, held: Holdings) -> list[Finding]:
+def _repair(
+    rules: Sequence[CompiledRule], inp: AnalysisInput, held: Holdings, held_ctx: EvalContext
+) -> list[Finding]:
     """Repair rules judge every GPU once per holder, free ones once with a holder of id
     ``""`` (reported as None): a failed GPU matters whether or not anyone holds it."""
+    # A condition over metrics the store has no data for (a source without health readings)
+    # is one answer for every GPU: where that is not true, the per-GPU holdings are not built.
+    # A holding of a GPU the store never saw is never fresh, so it cannot trip either way.
+    rules = [r for r in rules if not r.when.never(held_ctx)]
     if not rules:
         return []
     h = held.per_gpu(inp.view)
@@ -278,7 +283,7 @@ def _analyse(rules: Sequence[CompiledRule], inp: AnalysisInput) -> AnalysisResul
     stale = frozenset(h.uuids[i] for i in np.flatnonzero(~fresh).tolist())
     unknown = h.ids(np.flatnonzero(~h.group_all(fresh)))
     enabled = [r for r in rules if r.spec.enabled]
-    findings = _repair([r for r in enabled if r.action is RuleAction.REPAIR], inp, h)
+    findings = _repair([r for r in enabled if r.action is RuleAction.REPAIR], inp, h, ctx)
     unjudged: dict[str, BoolArray] = {}
     for rule in enabled:
         if rule.action is RuleAction.REPAIR:  # judged above, on every fresh GPU

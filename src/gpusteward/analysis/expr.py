@@ -122,6 +122,12 @@ class Expr:
         out: npt.NDArray[np.bool_] = np.broadcast_to(np.asarray(self._fn(ctx)) == TRUE, (ctx.size,))
         return out
 
+    def never(self, ctx: EvalContext) -> bool:
+        """Whether no holding can hold, seen without per-holding work: each aggregate read is one
+        number for all (``EvalContext.constant``), so is the answer, and it is not true."""
+        fixed = all(ctx.constant(a) is not None for a in self.aggregates)
+        return fixed and bool((out := np.asarray(self._fn(ctx))).ndim == 0 and out != TRUE)
+
     def evaluate_num(self, ctx: EvalContext) -> FloatArray:
         assert self.kind == "num"
         val = np.asarray(self._fn(ctx), dtype=np.float64)
@@ -136,8 +142,7 @@ class _Compiler:
         self.scope = scope
         self.aggs: dict[Aggregate, None] = {}
         self.window_s = 0.0
-        self.in_group = False
-        self.uses_group = False
+        self.in_group = self.uses_group = False
 
     # --- errors point at the author's text, not at our rewritten one ------------------
 
@@ -152,8 +157,7 @@ class _Compiler:
         return pos + delta
 
     def piece(self, node: ast.AST) -> str:
-        start = getattr(node, "col_offset", None)
-        end = getattr(node, "end_col_offset", None)
+        start, end = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
         if start is None or end is None:
             return ast.dump(node)
         return self.original[self._orig(start) : self._orig(end)]
@@ -336,7 +340,7 @@ class _Compiler:
         agg = Aggregate(fname, METRIC_NAMES[first.id], tuple(args))
         self.aggs.setdefault(agg)
         self.window_s = max(self.window_s, agg.duration_s)
-        return _Node("num", lambda ctx: ctx.aggregate(agg), agg=agg)
+        return _Node("num", lambda ctx: ctx.value(agg), agg=agg)
 
     def group_call(self, node: ast.Call, fname: str) -> _Node:
         if self.scope != "workload":

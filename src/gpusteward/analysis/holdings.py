@@ -166,6 +166,14 @@ class Holdings:
             self._classes = self._group_codes()[self.group]
         return self._classes
 
+    def in_classes(self, classes: Sequence[str]) -> BoolArray:
+        """Per holding, whether its workload's class is one of ``classes``: a look-up table
+        indexed by class code (an ``isin`` per rule cost ~1 ms at 100,000 GPUs)."""
+        table = np.zeros(len(CLASSES), dtype=np.bool_)
+        table[[CLASSES.index(c) for c in classes]] = True
+        out: BoolArray = table[self.class_codes()]
+        return out
+
     def _per_gpu(self, field: str) -> FloatArray:
         gpus = self.gpus
         return np.fromiter(
@@ -192,8 +200,16 @@ class Holdings:
 
     def group_all(self, mask: BoolArray) -> BoolArray:
         """Per workload: whether ``mask`` holds for every GPU it holds."""
-        counts = np.bincount(self.group, weights=mask, minlength=len(self.workloads))
-        out: BoolArray = counts >= self.group_size
+        # Work on the fewer side: a gate mask is almost all True, a trip mask almost all False.
+        # Either way the sum over every holding (bincount with float weights) is avoided.
+        hits = np.count_nonzero(mask)
+        out: BoolArray
+        if 2 * hits >= mask.size:
+            out = np.ones(len(self.workloads), dtype=np.bool_)
+            out[self.group[~mask]] = False  # a workload holding nothing stays True: all of none
+        else:
+            counts = np.bincount(self.group[mask], minlength=len(self.workloads))
+            out = counts >= self.group_size
         return out
 
     def ids(self, groups: npt.NDArray[np.intp]) -> frozenset[str]:

@@ -76,6 +76,11 @@ class WindowView:
     def metrics(self) -> tuple[Metric, ...]:
         return tuple(self._rings)
 
+    def blank(self, m: Metric) -> bool:
+        """Whether the store holds no data of ``m`` (never kept or never written): every
+        aggregate of it is the same for every GPU."""
+        return m not in self._rings or m in self._blank
+
     def index_of(self, uuid: str) -> int | None:
         i = self._store.index_of(uuid)
         return i if i is not None and i < self.n_gpus else None
