@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import operator
 import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -127,7 +128,10 @@ def _findings(rule: CompiledRule, ctx: EvalContext, h: Holdings, trip: BoolArray
         minutes = np.full(starts.size, rule.window_s / 60.0)
     uuids = list(map(h.uuids.__getitem__, tp.tolist()))
     known = list(map(h.gpus.get, uuids))
-    prices = np.fromiter((0.0 if g is None else g.price_per_hour for g in known), np.float64, len(known))
+    if None in known:
+        prices = np.fromiter((0.0 if g is None else g.price_per_hour for g in known), np.float64, len(known))
+    else:
+        prices = np.fromiter(map(_PRICE, known), np.float64, len(known))
     counts = sizes.tolist()
     workloads = list(map(h.workloads.__getitem__, groups[starts].tolist()))
     held = h.group_size[groups[starts]].astype(int).tolist()
@@ -151,8 +155,9 @@ def _findings(rule: CompiledRule, ctx: EvalContext, h: Holdings, trip: BoolArray
         uuids=uuids,
         gpu_uuids=gpu_uuids,
     )
-    # Each finding's evidence: aggregate text -> {uuid: value}. ``zip(gpu_uuids, values)``
-    # stops at the end of the finding's GPUs without drawing from the shared iterator.
+    # Each finding's evidence: aggregate text -> {uuid: value}, built by C loops (map) where no
+    # value is missing. ``zip(gpu_uuids, values)`` stops at the end of the finding's GPUs
+    # without drawing from the shared iterator.
     per_aggregate: list[list[dict[str, float]]] = []
     for agg in rule.when.aggregates:
         vals = ctx.aggregate(agg)[tp]
@@ -162,14 +167,12 @@ def _findings(rule: CompiledRule, ctx: EvalContext, h: Holdings, trip: BoolArray
                 [{u: v for u, v in zip(gu, it, strict=False) if v == v} for gu in cols.gpu_uuids]
             )
         else:
-            per_aggregate.append([dict(zip(gu, it, strict=False)) for gu in cols.gpu_uuids])
-    texts = [agg.text for agg in rule.when.aggregates]
+            per_aggregate.append(list(map(dict, map(zip, cols.gpu_uuids, itertools.repeat(it)))))
+    texts = tuple(agg.text for agg in rule.when.aggregates)
     n = len(counts)
     evidence: list[dict[str, dict[str, float]]]
-    if len(texts) == 1:
-        evidence = [{texts[0]: d} for d in per_aggregate[0]]
-    elif texts:
-        evidence = [dict(zip(texts, ds, strict=True)) for ds in zip(*per_aggregate, strict=True)]
+    if texts:
+        evidence = list(map(dict, map(zip, itertools.repeat(texts), zip(*per_aggregate, strict=True))))
     else:
         evidence = [{} for _ in range(n)]
     msgs = messages(rule, ctx, known, cols)
@@ -191,6 +194,7 @@ def _findings(rule: CompiledRule, ctx: EvalContext, h: Holdings, trip: BoolArray
     )
 
 
+_PRICE = operator.attrgetter("price_per_hour")
 #: Each field's slot setter, in Finding's field order.
 _FINDING_SETTERS = tuple(getattr(Finding, f.name).__set__ for f in fields(Finding))
 
