@@ -1,10 +1,11 @@
 """Stateful fuzzing of the window store: random ticks, late samples, missing readings and GPUs
 changing hands, checked after every step against a plain model: a GPU's window shows only
 samples of its current holder from inside the window, and a missing reading is NaN, never 0.
-``below_for_s``, whose answer the store keeps from one look to the next (``NewestMarks``), is
-checked at random steps against the same model, so that several ticks pass between looks; so are
-the mean, coverage, share below, minimum and count, which read whole blocks of slots the store
-keeps between looks (``BlockSums``, here of 3 slots so that a 10-slot window spans several)."""
+``below_for_s`` and ``last``, whose newest slots the store keeps from one look to the next
+(``NewestMarks``), are checked at random steps against the same model, so that several ticks
+pass between looks; so are the mean, coverage, share below, minimum and count, which read whole
+blocks of slots the store keeps between looks (``BlockSums``, here of 3 slots so that a 10-slot
+window spans several)."""
 
 from __future__ import annotations
 
@@ -70,13 +71,15 @@ class WindowMachine(RuleBasedStateMachine):
         now_s = self.slot * INTERVAL
         view = self.store.view(T0 + timedelta(seconds=now_s))
         got = view.below_for_s(UTIL, THRESHOLD)
-        watched = view.watched_s(UTIL)
+        watched, last = view.watched_s(UTIL), view.last(UTIL)
         for g in GPUS:
             i = view.index_of(g)
             kept = {s: v for s, v in self.model[g].items() if s > self.slot - SLOTS}
             if i is None or not kept:
                 assert i is None or (math.isnan(got[i]) and math.isnan(watched[i])), (g, got[i], watched[i])
+                assert i is None or math.isnan(last[i]), (g, last[i])
                 continue
+            assert float(last[i]) == float(np.float32(kept[max(kept)])), (g, last[i], kept)
             # Watched since the start of the oldest sample's interval (of its current holder).
             oldest = now_s - (min(kept) * INTERVAL - INTERVAL)
             assert math.isclose(float(watched[i]), max(oldest, 0.0), abs_tol=1e-6), (g, watched[i], kept)

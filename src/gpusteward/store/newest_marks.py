@@ -5,7 +5,9 @@ window store from one tick to the next.
 that never reaches it (an idle one, the very GPUs the idle rules are about) is scanned back to
 the start of the window: at 10,000 GPUs and a 4-hour window of 1-minute slots that was two
 thirds of a backtest tick's analysis. With the answer kept here, a tick scans only the slots
-written since the last one: the new slots, and any older slot a late sample landed in.
+written since the last one: the new slots, and any older slot a late sample landed in. The
+newest present slot (``last``, a GPU's age) is the same search at x = -inf (NaN is never >= it):
+a GPU whose node stopped reporting was searched back through the window every tick.
 """
 
 from __future__ import annotations

@@ -204,7 +204,7 @@ class WindowView:
     def _find_slot(self, m: Metric, x: float, newest: bool) -> IntArray:
         """Per GPU, the newest (or oldest) slot in the window with a value >= x, else NO_SLOT."""
         rng, search = self._range(m, None), functools.partial(self._search, m, x, newest)
-        if newest and x > -math.inf and rng is not None and rng[1] == self._head:
+        if newest and rng is not None and rng[1] == self._head:
             # Kept by the store between ticks: only what was written since is scanned.
             kept = functools.partial(self._store.marks.newest, m, x, *rng, self.n_gpus, search)
             return self._memoised(("find", m, x, newest), kept)
