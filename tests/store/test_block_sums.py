@@ -105,9 +105,13 @@ def test_blocks_the_window_moved_past_are_let_go(values):
     for slot in range(11, 400):
         store.ingest_arrays(_at(slot), {UTIL: values[slot]})
         store.view(_at(slot)).mean(UTIL, 1800.0)
+        if slot == 100:  # a range asked for once: its run goes once the window has left it
+            store.view(_at(slot)).mean(UTIL, 300.0)
     size = store.sums.block_slots
     per_block = GPUS * (1 + 8)  # present values (uint8) and their sum (float64)
-    assert 0 < store.sums.nbytes <= (SLOTS // size + 1) * per_block
+    # and one run of whole blocks (int32 counts, float64 sums) and one tail (as a block)
+    per_range = GPUS * (4 + 8) + per_block
+    assert 0 < store.sums.nbytes <= (SLOTS // size + 1) * per_block + per_range
 
 
 def test_a_view_made_before_an_ingest_keeps_nothing_for_later_views(values):
@@ -118,3 +122,35 @@ def test_a_view_made_before_an_ingest_keeps_nothing_for_later_views(values):
     stale.mean(UTIL, 1800.0)  # reads the live rings with the GPUs it was made with
     fresh = store.view(_at(250)).mean(UTIL, 1800.0)
     assert fresh[store.index_of("late-gpu")] == 42.0
+
+
+def test_a_late_sample_in_the_newest_block_is_read_at_once(values):
+    """The newest, incomplete block is kept as far as it is written (the tail): a late reading
+    into it is not hidden behind the kept part."""
+    store = _store(values, 250)
+    size = store.sums.block_slots
+    late = 250 - 250 % size  # the newest block's first slot, read by the last look
+    before = store.view(_at(250)).mean(UTIL, 1800.0)
+    store.ingest_arrays(_at(late), {UTIL: np.where(np.arange(GPUS) == 7, 99.0, values[late])})
+    after = store.view(_at(250)).mean(UTIL, 1800.0)
+    assert after[7] != before[7]
+    np.testing.assert_array_equal(after[np.arange(GPUS) != 7], before[np.arange(GPUS) != 7])
+    fresh = _store(values, 250, start=250 - SLOTS)
+    fresh.ingest_arrays(_at(late), {UTIL: np.where(np.arange(GPUS) == 7, 99.0, values[late])})
+    np.testing.assert_array_equal(after, fresh.view(_at(250)).mean(UTIL, 1800.0))
+
+
+def test_a_gpu_first_seen_now_extends_what_is_kept(values):
+    """Runs and tails kept for 50 GPUs serve 51 once one registers: it never held a value in
+    them, so its column is empty, and it answers as in a store that was never looked at."""
+    store = _store(values, 250)
+    for slot in (249, 250):
+        _answers(store, slot)
+    store.ingest_arrays(_at(251), {UTIL: values[251]})
+    store.ingest(_at(251), [Sample("new", _at(251), gpu_util_pct=3.0)])
+    got = _answers(store, 251)
+    fresh = _store(values, 251, start=251 - SLOTS)
+    fresh.ingest(_at(251), [Sample("new", _at(251), gpu_util_pct=3.0)])
+    for a, b in zip(got, _answers(fresh, 251), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert got[0][store.index_of("new")] == 3.0  # the mean over 5 minutes: its one reading

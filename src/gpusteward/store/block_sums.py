@@ -7,16 +7,25 @@ same slots again. Slots are grouped in blocks of ``BLOCK_SLOTS`` by absolute slo
 of it is written. A range is then the blocks it covers whole, read from here, plus the at most
 two partial blocks at its ends, read from the rings: about 1/10 of the rows a tick read before.
 
+Two more things are kept, so that a tick combines three arrays rather than a dozen: per range
+length, the whole blocks of the range combined (a *run*: a live 30-minute range asks for the
+same blocks tick after tick, one more when a block completes, and combines them afresh only when
+its start leaves a block), and the newest, incomplete block as far as it is written (the *tail*,
+extended by the slot each tick adds).
+
 Exact, not an estimate: the store tells this of every write (the blocks from the first slot
 written on are forgotten), of every GPU whose history it empties (its column becomes an empty
 block's) and of the window moving on (the blocks it left go). Counts are exact integers, sums are
-float64 over float32 values, so a range's answer depends only on the values and the range, never
-on which blocks happened to be kept.
+float64 over float32 values, combined in one fixed order (the range's first partial block, its
+run, its tail, each oldest first), so a range's answer depends only on the values and the range,
+never on which blocks, runs or tails happened to be kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,8 +40,33 @@ Compute = Callable[[], npt.NDArray[np.generic]]
 #: What a block of only missing values reduces to, per kind (a new or emptied GPU's column).
 _EMPTY: dict[str, float] = {"present": 0, "sum": 0.0, "below": 0, "fmin": np.nan, "fmax": np.nan}
 #: More distinct (kind, threshold) pairs in one block than this and that block's are forgotten
-#: (rules ask for a handful).
+#: (rules ask for a handful); more runs than MAX_RUNS and all runs are.
 MAX_KEYS = 32
+MAX_RUNS = 256
+#: What a run of blocks adds up in (a run may exceed the 255 slots of a block's uint8 count).
+_RUN_DTYPE = {"present": np.int32, "below": np.int32, "sum": np.float64}
+_EXTREMES: dict[str, np.ufunc] = {"fmin": np.fmin, "fmax": np.fmax}
+
+
+def combine(
+    kind: str, acc: npt.NDArray[np.generic] | None, part: npt.NDArray[np.generic]
+) -> npt.NDArray[Any]:
+    """``acc`` and the newer ``part`` combined as a run or a tail combines them: added (in the
+    run's dtype, or the part's), or reduced with fmin or fmax; a new array."""
+    if kind in ("fmin", "fmax"):
+        out: npt.NDArray[Any] = part.copy() if acc is None else _EXTREMES[kind](acc, part)
+        return out
+    if acc is None:
+        return part.astype(_RUN_DTYPE[kind])
+    total: npt.NDArray[Any] = np.add(acc, part, dtype=acc.dtype)
+    return total
+
+
+@dataclass(slots=True)
+class _Kept:
+    first: int  # a run's first block, a tail's first slot
+    last: int  # a run's last block, the newest slot a tail holds
+    values: npt.NDArray[Any]
 
 
 class BlockSums:
@@ -42,17 +76,23 @@ class BlockSums:
         self.block_slots = block_slots
         # metric -> block -> (kind, x) -> per GPU, as long as the GPUs were when it was reduced
         self._blocks: dict[Metric, dict[int, dict[Key, npt.NDArray[np.generic]]]] = {}
+        self._runs: dict[tuple[Metric, Key, int], _Kept] = {}  # by metric, key and range length
+        self._tails: dict[tuple[Metric, Key], _Kept] = {}
         #: Moves on with every change the store reports: a view made before it keeps nothing.
         self.generation = 0
 
     def written(self, m: Metric, first_slot: int) -> None:
         """Values of ``m`` (NaN too) were written in slots from ``first_slot`` on."""
         self.generation += 1
+        first = first_slot // self.block_slots
         blocks = self._blocks.get(m)
         if blocks:
-            first = first_slot // self.block_slots
             for b in [b for b in blocks if b >= first]:
                 del blocks[b]
+        # A run holding a block from ``first`` on, a tail holding a slot from ``first_slot`` on.
+        self._forget(
+            lambda k, run: k[0] is m and run.last >= first, lambda k, t: k[0] is m and t.last >= first_slot
+        )
 
     def moved_past(self, oldest_slot: int) -> None:
         """The rings no longer hold the slots before ``oldest_slot``: their blocks go."""
@@ -61,6 +101,13 @@ class BlockSums:
         for blocks in self._blocks.values():
             for b in [b for b in blocks if b < first]:
                 del blocks[b]
+        self._forget(lambda _, kept: kept.first < first, lambda _, kept: kept.first < oldest_slot)
+
+    def _forget(self, run: Callable[[Any, _Kept], bool], tail: Callable[[Any, _Kept], bool]) -> None:
+        for r in [k for k, v in self._runs.items() if run(k, v)]:
+            del self._runs[r]
+        for t in [k for k, v in self._tails.items() if tail(k, v)]:
+            del self._tails[t]
 
     def cleared(self, gpus: list[int]) -> None:
         """These GPUs' histories were emptied (new holders): their columns are an empty block's."""
@@ -70,6 +117,10 @@ class BlockSums:
             for kept in blocks.values():
                 for (kind, _), arr in kept.items():
                     arr[picked[picked < arr.size]] = _EMPTY[kind]
+        for (_, (kind, _), _), run in self._runs.items():
+            run.values[picked[picked < run.values.size]] = _EMPTY[kind]
+        for (_, (kind, _)), tail in self._tails.items():
+            tail.values[picked[picked < tail.values.size]] = _EMPTY[kind]
 
     def block(
         self, m: Metric, b: int, key: Key, n_gpus: int, compute: Compute, generation: int
@@ -92,9 +143,71 @@ class BlockSums:
             arr = kept[key] = grown
         return arr[:n_gpus]
 
+    def run(
+        self,
+        m: Metric,
+        key: Key,
+        blocks: tuple[int, int],
+        length: int,
+        n_gpus: int,
+        block: Callable[[int], npt.NDArray[np.generic]],
+        generation: int,
+    ) -> npt.NDArray[Any]:
+        """Blocks ``first..last`` (``blocks``) combined oldest first, each from ``block``; kept per
+        metric, key and ``length`` (of the range, in slots: one run per rule window). The same
+        blocks asked for again are the kept run; newer blocks after them are combined onto it."""
+        first, last = blocks
+        at = (m, key, length)
+        kept = self._runs.get(at) if generation == self.generation else None
+        if kept is None or kept.first != first or kept.last > last:
+            acc, start = None, first
+        else:
+            acc, start = self._grown(kept.values, key[0], n_gpus), kept.last + 1
+        for b in range(start, last + 1):
+            acc = combine(key[0], acc, block(b))
+        assert acc is not None  # first <= last
+        if generation == self.generation:
+            if len(self._runs) >= MAX_RUNS and at not in self._runs:
+                self._runs.clear()
+            self._runs[at] = _Kept(first, last, acc)
+        return acc[:n_gpus]
+
+    def tail(
+        self,
+        m: Metric,
+        key: Key,
+        slots: tuple[int, int],
+        n_gpus: int,
+        piece: Callable[[int, int], npt.NDArray[np.generic]],
+        generation: int,
+    ) -> npt.NDArray[Any]:
+        """Slots ``start..hi`` (``slots``: the newest block, not yet complete) reduced: kept per
+        metric and key, and extended a slot at a time by ``piece(s, s)`` as slots are written."""
+        start, hi = slots
+        if generation != self.generation:
+            return piece(start, hi)
+        kept = self._tails.get((m, key))
+        if kept is None or kept.first != start or kept.last > hi:
+            acc = piece(start, hi)
+        else:
+            acc = self._grown(kept.values, key[0], n_gpus)
+            for s in range(kept.last + 1, hi + 1):
+                acc = combine(key[0], acc, piece(s, s))
+        self._tails[(m, key)] = _Kept(start, hi, acc)
+        return acc[:n_gpus]
+
+    @staticmethod
+    def _grown(values: npt.NDArray[Any], kind: str, n_gpus: int) -> npt.NDArray[Any]:
+        """``values`` for ``n_gpus`` GPUs: those registered since never held a value in them."""
+        if values.size >= n_gpus:
+            return values
+        grown = np.full(n_gpus, _EMPTY[kind], dtype=values.dtype)
+        grown[: values.size] = values
+        return grown
+
     @property
     def nbytes(self) -> int:
-        """Memory the kept blocks take."""
+        """Memory the kept blocks, runs and tails take."""
         return sum(
             a.nbytes for blocks in self._blocks.values() for kept in blocks.values() for a in kept.values()
-        )
+        ) + sum(v.values.nbytes for v in (*self._runs.values(), *self._tails.values()))

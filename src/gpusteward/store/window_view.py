@@ -168,22 +168,26 @@ class WindowView:
         return functools.reduce(ufunc, [ufunc.reduce(r, axis=0) for r in rows])
 
     def _reduce(self, m: Metric, key: tuple[str, float], rng: Rng) -> npt.NDArray[Any]:
-        """``_piece`` over a whole range: the blocks it covers whole as the store keeps them, the
-        partial ones at its ends from the rings, combined oldest first (so the answer is the same
-        whichever blocks were kept)."""
+        """``_piece`` over a whole range: its first partial block from the rings, then the blocks
+        it covers whole (one run) and the newest partial block (the tail) as the store keeps them,
+        combined oldest first (so the answer is the same whichever were kept)."""
         lo, hi = rng
-        sums, n = self._store.sums, self.n_gpus
+        sums, n, gen = self._store.sums, self.n_gpus, self._generation
         size = sums.block_slots
         first, last = -(-lo // size), (hi + 1) // size - 1  # the blocks inside lo..hi
+
+        def block(b: int) -> npt.NDArray[np.generic]:
+            reduce = functools.partial(self._piece, m, key, b * size, (b + 1) * size - 1)
+            return sums.block(m, b, key, n, reduce, gen)
+
         if first > last:
             parts = [self._piece(m, key, lo, hi)]
         else:
             parts = [self._piece(m, key, lo, first * size - 1)] if lo < first * size else []
-            for b in range(first, last + 1):
-                reduce = functools.partial(self._piece, m, key, b * size, (b + 1) * size - 1)
-                parts.append(sums.block(m, b, key, n, reduce, self._generation))
+            parts.append(sums.run(m, key, (first, last), hi - lo, n, block, gen))
             if (last + 1) * size <= hi:
-                parts.append(self._piece(m, key, (last + 1) * size, hi))
+                piece = functools.partial(self._piece, m, key)
+                parts.append(sums.tail(m, key, ((last + 1) * size, hi), n, piece, gen))
         if key[0] in _EXTREMES:
             return functools.reduce(_EXTREMES[key[0]], parts).astype(np.float64)
         total: npt.NDArray[Any] = np.zeros(self.n_gpus, dtype=np.float64 if key[0] == "sum" else np.int64)
