@@ -81,7 +81,7 @@ class NewestMarks:
                 # Marked inside the span scanned again but not found there now: overwritten by
                 # a late sample, so the newest hit, if any, is older; look for it in full.
                 unsure = np.flatnonzero(~hit & (out >= start))
-                out[hit] = fresh[hit]
+                np.copyto(out, fresh, where=hit)  # most GPUs hit: a mask, not their indices
                 if unsure.size:
                     out[unsure] = search(unsure, (lo, head))[unsure]
             out[out < lo] = self.no_slot  # left the window

@@ -39,17 +39,22 @@ def scan(
             break
         if cols is None and left * 16 < n_gpus:
             cols = np.flatnonzero(todo)
+        if cols is None and b1 - b0 == 1:  # a row of all GPUs: most settle here, kept as a mask
+            hit = (ring[b0] >= x) & todo
+            np.copyto(out, slot0, where=hit)
+            todo &= ~hit
+            left -= int(np.count_nonzero(hit))
+            continue
         if cols is None:
-            best = ring[b0] if b1 - b0 == 1 else np.fmax.reduce(ring[b0:b1], axis=0)
-            gpus = np.flatnonzero((best >= x) & todo)
-            ok = ring[b0:b1, gpus] >= x if b1 - b0 > 1 else None
+            gpus = np.flatnonzero((np.fmax.reduce(ring[b0:b1], axis=0) >= x) & todo)
+            ok = ring[b0:b1, gpus] >= x
         else:
             block = ring[b0:b1, cols] >= x
             found = np.logical_or.reduce(block, axis=0)
             gpus, ok, cols = cols[found], block[:, found], cols[~found]
         if gpus.size == 0:
             continue
-        if ok is None or ok.shape[0] == 1:
+        if ok.shape[0] == 1:
             at: npt.NDArray[np.intp] | int = 0
         else:  # the row of the newest (oldest) hit in each column of the block
             at = ok.shape[0] - 1 - np.argmax(ok[::-1], axis=0) if newest else np.argmax(ok, axis=0)
