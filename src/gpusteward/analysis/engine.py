@@ -128,7 +128,7 @@ def _findings(rule: CompiledRule, ctx: EvalContext, h: Holdings, trip: BoolArray
         minutes = np.full(starts.size, rule.window_s / 60.0)
     uuids = list(map(h.uuids.__getitem__, tp.tolist()))
     known = list(map(h.gpus.get, uuids))
-    if None in known:
+    if any(map(operator.is_, known, itertools.repeat(None))):  # ``None in`` calls Gpu.__eq__
         prices = np.fromiter((0.0 if g is None else g.price_per_hour for g in known), np.float64, len(known))
     else:
         prices = np.fromiter(map(_PRICE, known), np.float64, len(known))

@@ -309,9 +309,10 @@ class WindowView:
 
         def run() -> FloatArray:
             slots = self._find_slot(m, -math.inf, newest=True)
-            out = self._empty()
-            have = np.flatnonzero(slots != NO_SLOT)
-            out[have] = self._rings[m][slots[have] % self.n_slots, have]
+            # One flat gather from the store's whole (contiguous) ring: row * width + column.
+            ring = self._store._rings[m]
+            at = slots % self.n_slots * ring.shape[1] + np.arange(self.n_gpus)
+            out: FloatArray = np.where(slots != NO_SLOT, ring.ravel().take(at), np.nan)
             return out
 
         return self._memoised(("last", m), run)
@@ -333,8 +334,8 @@ class WindowView:
             oldest = self._find_slot(m, -math.inf, newest=False)
             since = np.where(ge != NO_SLOT, self._slot_time(ge), self._slot_time(oldest) - self.interval_s)
             out = np.maximum(self._now_s - since, 0.0)
-            out[ge == newest] = 0.0
-            out[newest == NO_SLOT] = np.nan
+            np.copyto(out, 0.0, where=ge == newest)  # a mask: most GPUs are busy
+            np.copyto(out, np.nan, where=newest == NO_SLOT)
             return out
 
         return self._memoised(("below_for", m, x), run)
