@@ -111,9 +111,14 @@ def messages(rule: CompiledRule, ctx: EvalContext, known: list[Gpu | None], cols
             # fmax skips NaN like the max of the present values; all missing is NaN: "?".
             return _fmt_all(np.fmax.reduceat(ctx.aggregate(util)[cols.tp], cols.starts).tolist())
         if name == "mem_gib":
-            mem = ctx.aggregate(Aggregate("last", Metric.MEM_USED))[cols.tp].tolist()
-            present = _chunks(mem, cols.counts, lambda vs: [v for v in vs if v == v])
-            return [fmt_value(sum(vs) / 1024.0, 1) if vs else "?" for vs in present]
+            # The present readings' sum per finding: float32 readings add up exactly in float64,
+            # in any order, so reduceat gives Python's sum; each distinct total formatted once.
+            mem = ctx.aggregate(Aggregate("last", Metric.MEM_USED))[cols.tp]
+            seen = ~np.isnan(mem)
+            gib = (np.add.reduceat(np.where(seen, mem, 0.0), cols.starts) / 1024.0).tolist()
+            texts = {v: fmt_value(v, 1) for v in set(gib)}
+            have = np.logical_or.reduceat(seen, cols.starts).tolist()
+            return [texts[v] if k else "?" for v, k in zip(gib, have, strict=True)]
         if name == "gpus":
             return [str(k) for k in cols.counts]
         if name in ("held", "busy", "suggest_gpus"):
