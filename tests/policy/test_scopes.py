@@ -163,3 +163,23 @@ def test_bad_scope_config_names_the_line(tmp_path: Path, text: str, line: int, w
         load_settings(f)
     assert e.value.line == line
     assert words in str(e.value)
+
+
+def test_a_scopes_timings_are_merged_once_and_follow_new_settings() -> None:
+    """A scope's timings (the class's, the scope's over them) are kept by the settings objects
+    they came from: the same objects give the same merged timings; settings loaded anew (a
+    reload) give theirs, never the kept ones."""
+    ladder = {"graceful_stop_after_minutes": 30, "by_class": {"service": {"graceful_stop_after_minutes": 90}}}
+    scope = {"name": "s", "match": {"namespaces": ["nlp"]}, "ladder": {"force_after_minutes": 7}}
+    first = _settings(scope, ladder=ladder)
+    a, b = scope_for(_pod(), gpus(), first).timings, scope_for(_pod(), gpus(), first).timings
+    assert a is b  # kept
+    assert (a.graceful_stop_after_minutes, a.force_after_minutes) == (90, 7)  # the class's, the scope's
+    batch = scope_for(_slurm(), gpus(), first).timings  # the default scope, batch: the ladder's own
+    assert batch.graceful_stop_after_minutes == 30
+    assert batch.force_after_minutes == first.ladder.force_after_minutes
+    service = scope_for(_pod(ns="other"), gpus(), first).timings  # the same scope, another class
+    assert service.graceful_stop_after_minutes == 90
+    reloaded = _settings({**scope, "ladder": {"force_after_minutes": 9}}, ladder={**ladder, "by_class": {}})
+    c = scope_for(_pod(), gpus(), reloaded).timings
+    assert (c.graceful_stop_after_minutes, c.force_after_minutes) == (30, 9)

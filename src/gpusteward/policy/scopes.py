@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpusteward.domain.classes import workload_class
+from gpusteward.domain.classes import WorkloadClass, workload_class
 from gpusteward.domain.models import Gpu, Hold, LadderState, Level, Workload
 from gpusteward.domain.queue import Queue
 from gpusteward.policy import demand, guards, ladder
@@ -91,16 +91,38 @@ def matches(sel: ScopeSelector, w: Workload, gpus: Mapping[str, Gpu]) -> bool:
     return not sel.classes or workload_class(w) in sel.classes
 
 
+#: A class's timings with a scope's over them, by the identities of the ladder settings, the
+#: class and the scope settings (frozen models): each entry holds the objects whose ids it is
+#: keyed by, so an id is never another object's while it is here. Merging afresh for every
+#: ladder every tick was two pydantic copies and a dump each.
+_MERGED: dict[tuple[int, str, int], tuple[LadderSettings, DefaultScopeSettings, LadderSettings]] = {}
+_MAX_MERGED = 256
+
+
+def _timings(
+    ladder_settings: LadderSettings, cls: WorkloadClass, cfg: DefaultScopeSettings
+) -> LadderSettings:
+    key = (id(ladder_settings), cls, id(cfg))
+    hit = _MERGED.get(key)
+    if hit is not None and hit[0] is ladder_settings and hit[1] is cfg:
+        return hit[2]
+    merged = ladder_settings.for_class(cls).model_copy(update=cfg.ladder.model_dump(exclude_none=True))
+    if len(_MERGED) >= _MAX_MERGED:
+        _MERGED.clear()
+    _MERGED[key] = (ladder_settings, cfg, merged)
+    return merged
+
+
 def _resolve(
     name: str,
     cfg: DefaultScopeSettings,
-    cls_timings: LadderSettings,
+    cls: WorkloadClass,
     settings: PolicySettings,
     stages: Mapping[str, Stage],
     slowed: Mapping[str, float],
     need: Demand | None,
 ) -> Scope:
-    timings = cls_timings.model_copy(update=cfg.ladder.model_dump(exclude_none=True))
+    timings = _timings(settings.ladder, cls, cfg)
     slow = max(1.0, slowed.get(name, 1.0))
     pace = need.factor if need is not None else 1.0
     # A suspected false kill's slowdown is a brake demand never releases: only its slowing part applies.
@@ -119,13 +141,13 @@ def scope_for(
 ) -> Scope:
     """The first listed scope that matches ``w``, else the default one, resolved for ``w``'s class
     and paced by what ``queue`` (None: not read) says waits for its GPUs' model."""
-    cls_timings = settings.ladder.for_class(workload_class(w))
+    cls = workload_class(w)
     stages, slowed = stages or {}, slowed or {}
     need = demand.demand_for(w, queue, gpus, settings.demand)
     for s in settings.scopes:
         if matches(s.match, w, gpus):
-            return _resolve(s.name, s, cls_timings, settings, stages, slowed, need)
-    return _resolve(DEFAULT, settings.default_scope, cls_timings, settings, stages, slowed, need)
+            return _resolve(s.name, s, cls, settings, stages, slowed, need)
+    return _resolve(DEFAULT, settings.default_scope, cls, settings, stages, slowed, need)
 
 
 def scope_names(settings: PolicySettings) -> list[str]:
