@@ -154,3 +154,37 @@ def test_a_gpu_first_seen_now_extends_what_is_kept(values):
     for a, b in zip(got, _answers(fresh, 251), strict=True):
         np.testing.assert_array_equal(a, b)
     assert got[0][store.index_of("new")] == 3.0  # the mean over 5 minutes: its one reading
+
+
+@pytest.mark.parametrize("where", ["a whole block", "the newest block"])
+def test_a_reduction_overtaken_by_a_write_is_not_kept(values, monkeypatch, where):
+    """A view read on another thread (the web's rule preview) while the loop ingests: here a late
+    sample lands in a block between the view reading it and the view keeping what it read. What
+    it read is used once and not kept, so the next view answers from the values as they are."""
+    store = _store(values, 250)
+    size, zero, head = store.sums.block_slots, store.slot_of(_at(0)), store.slot_of(_at(250))
+    inside = store.slot_of(_at(250 - SLOTS // 2))  # a slot well inside the window
+    first = (inside if where == "a whole block" else head) // size * size
+    last = first + size - 1 if where == "a whole block" else head
+    slot = first - zero  # the same slot counted from the test's start
+    # A reading is taken back (a late unmeasured sample overwrites it): counts and sums both move.
+    late = values[slot].copy()
+    late[int(np.flatnonzero(~np.isnan(late))[0])] = np.nan
+    piece = window_view.WindowView._piece
+    done: list[bool] = []
+
+    def overtaken(self, m, key, a, b):  # type: ignore[no-untyped-def]
+        out = piece(self, m, key, a, b)
+        if (a, b) == (first, last) and not done:
+            done.append(True)
+            store.ingest_arrays(_at(slot), {UTIL: late})  # the loop's write, after the read
+        return out
+
+    monkeypatch.setattr(window_view.WindowView, "_piece", overtaken)
+    store.view(_at(250)).mean(UTIL, 1800.0)
+    assert done
+    monkeypatch.setattr(window_view.WindowView, "_piece", piece)
+    fresh = _store(values, 250, start=250 - SLOTS)
+    fresh.ingest_arrays(_at(slot), {UTIL: late})
+    got, want = store.view(_at(250)).mean(UTIL, 1800.0), fresh.view(_at(250)).mean(UTIL, 1800.0)
+    np.testing.assert_array_equal(got, want)

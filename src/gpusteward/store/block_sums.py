@@ -13,6 +13,10 @@ same blocks tick after tick, one more when a block completes, and combines them 
 its start leaves a block), and the newest, incomplete block as far as it is written (the *tail*,
 extended by the slot each tick adds).
 
+A view may be read on another thread while the loop ingests (the web's rule preview): what a view
+reduced is kept only if nothing changed in the store since the view was made, checked under the
+lock the store's reports take, so a reduction of values overwritten meanwhile is never kept.
+
 Exact, not an estimate: the store tells this of every write (the blocks from the first slot
 written on are forgotten), of every GPU whose history it empties (its column becomes an empty
 block's) and of the window moving on (the blocks it left go). Counts are exact integers, sums are
@@ -23,9 +27,10 @@ never on which blocks, runs or tails happened to be kept.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -62,6 +67,9 @@ def combine(
     return total
 
 
+_K = TypeVar("_K")
+
+
 @dataclass(slots=True)
 class _Kept:
     first: int  # a run's first block, a tail's first slot
@@ -80,28 +88,32 @@ class BlockSums:
         self._tails: dict[tuple[Metric, Key], _Kept] = {}
         #: Moves on with every change the store reports: a view made before it keeps nothing.
         self.generation = 0
+        self._lock = threading.Lock()  # the store's reports and what views keep
 
     def written(self, m: Metric, first_slot: int) -> None:
         """Values of ``m`` (NaN too) were written in slots from ``first_slot`` on."""
-        self.generation += 1
         first = first_slot // self.block_slots
-        blocks = self._blocks.get(m)
-        if blocks:
-            for b in [b for b in blocks if b >= first]:
-                del blocks[b]
-        # A run holding a block from ``first`` on, a tail holding a slot from ``first_slot`` on.
-        self._forget(
-            lambda k, run: k[0] is m and run.last >= first, lambda k, t: k[0] is m and t.last >= first_slot
-        )
+        with self._lock:
+            self.generation += 1
+            blocks = self._blocks.get(m)
+            if blocks:
+                for b in [b for b in blocks if b >= first]:
+                    del blocks[b]
+            # A run holding a block from ``first`` on, a tail holding a slot from ``first_slot`` on.
+            self._forget(
+                lambda k, run: k[0] is m and run.last >= first,
+                lambda k, t: k[0] is m and t.last >= first_slot,
+            )
 
     def moved_past(self, oldest_slot: int) -> None:
         """The rings no longer hold the slots before ``oldest_slot``: their blocks go."""
-        self.generation += 1
         first = -(-oldest_slot // self.block_slots)  # the first block that starts in the rings
-        for blocks in self._blocks.values():
-            for b in [b for b in blocks if b < first]:
-                del blocks[b]
-        self._forget(lambda _, kept: kept.first < first, lambda _, kept: kept.first < oldest_slot)
+        with self._lock:
+            self.generation += 1
+            for blocks in self._blocks.values():
+                for b in [b for b in blocks if b < first]:
+                    del blocks[b]
+            self._forget(lambda _, kept: kept.first < first, lambda _, kept: kept.first < oldest_slot)
 
     def _forget(self, run: Callable[[Any, _Kept], bool], tail: Callable[[Any, _Kept], bool]) -> None:
         for r in [k for k, v in self._runs.items() if run(k, v)]:
@@ -111,16 +123,17 @@ class BlockSums:
 
     def cleared(self, gpus: list[int]) -> None:
         """These GPUs' histories were emptied (new holders): their columns are an empty block's."""
-        self.generation += 1
         picked = np.asarray(gpus, dtype=np.intp)
-        for blocks in self._blocks.values():
-            for kept in blocks.values():
-                for (kind, _), arr in kept.items():
-                    arr[picked[picked < arr.size]] = _EMPTY[kind]
-        for (_, (kind, _), _), run in self._runs.items():
-            run.values[picked[picked < run.values.size]] = _EMPTY[kind]
-        for (_, (kind, _)), tail in self._tails.items():
-            tail.values[picked[picked < tail.values.size]] = _EMPTY[kind]
+        with self._lock:
+            self.generation += 1
+            for blocks in self._blocks.values():
+                for kept in blocks.values():
+                    for (kind, _), arr in kept.items():
+                        arr[picked[picked < arr.size]] = _EMPTY[kind]
+            for (_, (kind, _), _), run in self._runs.items():
+                run.values[picked[picked < run.values.size]] = _EMPTY[kind]
+            for (_, (kind, _)), tail in self._tails.items():
+                tail.values[picked[picked < tail.values.size]] = _EMPTY[kind]
 
     def block(
         self, m: Metric, b: int, key: Key, n_gpus: int, compute: Compute, generation: int
@@ -129,18 +142,20 @@ class BlockSums:
         first use. GPUs registered since it was kept never held a value in it: empty. A view
         made before the store's last change (``generation``) may miss GPUs and values written
         since: what it reduces is used once, never kept."""
-        if generation != self.generation:
-            return compute()
-        kept = self._blocks.setdefault(m, {}).setdefault(b, {})
-        arr = kept.get(key)
-        if arr is None:
-            if len(kept) >= MAX_KEYS:
-                kept.clear()
-            arr = kept[key] = compute()
-        elif arr.size < n_gpus:
-            grown = np.full(n_gpus, _EMPTY[key[0]], dtype=arr.dtype)
-            grown[: arr.size] = arr
-            arr = kept[key] = grown
+        with self._lock:
+            kept = self._blocks.get(m, {}).get(b, {}) if generation == self.generation else {}
+            arr = kept.get(key)
+            if arr is not None:
+                if arr.size < n_gpus:
+                    arr = kept[key] = self._grown(arr, key[0], n_gpus)
+                return arr[:n_gpus]
+        arr = compute()
+        with self._lock:
+            if generation == self.generation:  # nothing written meanwhile: what was read is current
+                kept = self._blocks.setdefault(m, {}).setdefault(b, {})
+                if len(kept) >= MAX_KEYS:
+                    kept.clear()
+                kept[key] = arr
         return arr[:n_gpus]
 
     def run(
@@ -158,7 +173,8 @@ class BlockSums:
         blocks asked for again are the kept run; newer blocks after them are combined onto it."""
         first, last = blocks
         at = (m, key, length)
-        kept = self._runs.get(at) if generation == self.generation else None
+        with self._lock:
+            kept = self._runs.get(at) if generation == self.generation else None
         if kept is None or kept.first != first or kept.last > last:
             acc, start = None, first
         else:
@@ -166,10 +182,7 @@ class BlockSums:
         for b in range(start, last + 1):
             acc = combine(key[0], acc, block(b))
         assert acc is not None  # first <= last
-        if generation == self.generation:
-            if len(self._runs) >= MAX_RUNS and at not in self._runs:
-                self._runs.clear()
-            self._runs[at] = _Kept(first, last, acc)
+        self._keep(self._runs, at, _Kept(first, last, acc), generation)
         return acc[:n_gpus]
 
     def tail(
@@ -184,17 +197,25 @@ class BlockSums:
         """Slots ``start..hi`` (``slots``: the newest block, not yet complete) reduced: kept per
         metric and key, and extended a slot at a time by ``piece(s, s)`` as slots are written."""
         start, hi = slots
-        if generation != self.generation:
-            return piece(start, hi)
-        kept = self._tails.get((m, key))
+        with self._lock:
+            kept = self._tails.get((m, key)) if generation == self.generation else None
         if kept is None or kept.first != start or kept.last > hi:
             acc = piece(start, hi)
         else:
             acc = self._grown(kept.values, key[0], n_gpus)
             for s in range(kept.last + 1, hi + 1):
                 acc = combine(key[0], acc, piece(s, s))
-        self._tails[(m, key)] = _Kept(start, hi, acc)
+        self._keep(self._tails, (m, key), _Kept(start, hi, acc), generation)
         return acc[:n_gpus]
+
+    def _keep(self, where: dict[_K, _Kept], at: _K, kept: _Kept, generation: int) -> None:
+        """Keep a run or tail, only if nothing was written since the view reading it was made."""
+        with self._lock:
+            if generation != self.generation:
+                return
+            if len(where) >= MAX_RUNS and at not in where:
+                where.clear()
+            where[at] = kept
 
     @staticmethod
     def _grown(values: npt.NDArray[Any], kind: str, n_gpus: int) -> npt.NDArray[Any]:
