@@ -11,6 +11,7 @@ import numpy as np
 
 from gpusteward.domain.models import Metric, Sample
 from gpusteward.store.window import WindowStore
+from gpusteward.store.window_view import WindowView
 
 STEP = 60.0
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -98,3 +99,31 @@ def test_gpus_first_seen_after_the_mark_and_many_ticks_between_looks():
     assert kept[:2] == [420.0, 240.0]
     assert not any(math.isnan(x) for x in kept)
     np.testing.assert_array_equal(store.view(_at(8)).below_for_s(UTIL, 50.0), np.asarray(fresh))
+
+
+def test_a_search_overtaken_by_a_write_is_not_kept(monkeypatch):
+    """A view searching on another thread (the web's rule preview) while the loop ingests: here a
+    late sample lowers the slot the search found, after the search read it. What it found is used
+    once and not kept, so the next look answers from the values as they are."""
+    history: list[tuple[int, list[Sample], dict[str, str] | None]] = [
+        (k, [_s("g", k, 90.0 if k == 3 else 10.0)], None) for k in range(1, 6)
+    ]
+    store = _store()
+    for at, batch, holders in history:
+        store.ingest(_at(at), batch, holders)
+    search = WindowView._search
+    done: list[bool] = []
+
+    def overtaken(self, m, x, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = search(self, m, x, *args, **kwargs)
+        if x == 50.0 and not done:  # the search for the newest slot >= 50 has read slot 3
+            done.append(True)
+            store.ingest(_at(5), [_s("g", 3, 10.0)])  # the loop's write: slot 3 no longer >= 50
+        return out
+
+    monkeypatch.setattr(WindowView, "_search", overtaken)
+    assert _below(store, 5) == [120.0]  # the racing look: since slot 3, as it read
+    assert done
+    monkeypatch.setattr(WindowView, "_search", search)
+    history.append((5, [_s("g", 3, 10.0)], None))
+    assert _below(store, 5) == _fresh(history, 5) == [300.0]  # the whole window below 50

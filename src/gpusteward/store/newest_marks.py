@@ -12,6 +12,7 @@ a GPU whose node stopped reporting was searched back through the window every ti
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,18 +47,26 @@ class NewestMarks:
     def __init__(self, no_slot: int) -> None:
         self.no_slot = no_slot
         self._marks: dict[tuple[Metric, float], _Mark] = {}
+        # A view may search on another thread while the loop writes (the web's rule preview):
+        # a search is kept only if nothing was written or cleared while it ran.
+        self._changes = 0
+        self._lock = threading.Lock()
 
     def written(self, m: Metric, first_slot: int) -> None:
         """Values of ``m`` (NaN too) were written in slots from ``first_slot`` on."""
-        for (metric, _), mark in self._marks.items():
-            if metric is m and first_slot < mark.dirty_from:
-                mark.dirty_from = first_slot
+        with self._lock:
+            self._changes += 1
+            for (metric, _), mark in self._marks.items():
+                if metric is m and first_slot < mark.dirty_from:
+                    mark.dirty_from = first_slot
 
     def cleared(self, gpu: int) -> None:
         """GPU ``gpu``'s history was emptied (a new holder)."""
-        for mark in self._marks.values():
-            if gpu < mark.slots.size:
-                mark.slots[gpu] = self.no_slot
+        with self._lock:
+            self._changes += 1
+            for mark in self._marks.values():
+                if gpu < mark.slots.size:
+                    mark.slots[gpu] = self.no_slot
 
     @property
     def nbytes(self) -> int:
@@ -67,7 +76,8 @@ class NewestMarks:
     def newest(self, m: Metric, x: float, lo: int, head: int, n_gpus: int, search: Search) -> IntArray:
         """Per GPU the newest slot in ``lo..head`` (the window, up to the newest slot) with a
         value >= ``x``, scanning only what changed since the last call for (m, x)."""
-        mark = self._marks.get((m, x))
+        with self._lock:
+            changes, mark = self._changes, self._marks.get((m, x))
         if mark is None:
             out = search(None, (lo, head))
         else:
@@ -85,7 +95,9 @@ class NewestMarks:
                 if unsure.size:
                     out[unsure] = search(unsure, (lo, head))[unsure]
             out[out < lo] = self.no_slot  # left the window
-        if len(self._marks) >= MAX_MARKS and (m, x) not in self._marks:
-            self._marks = {}
-        self._marks[(m, x)] = _Mark(out.copy(), head, _CLEAN)
+        with self._lock:
+            if changes == self._changes:  # else the mark it started from, told of the change, stays
+                if len(self._marks) >= MAX_MARKS and (m, x) not in self._marks:
+                    self._marks = {}
+                self._marks[(m, x)] = _Mark(out.copy(), head, _CLEAN)
         return out
