@@ -50,16 +50,17 @@ MAX_KEYS = 32
 MAX_RUNS = 256
 #: What a run of blocks adds up in (a run may exceed the 255 slots of a block's uint8 count).
 _RUN_DTYPE = {"present": np.int32, "below": np.int32, "sum": np.float64}
-_EXTREMES: dict[str, np.ufunc] = {"fmin": np.fmin, "fmax": np.fmax}
+#: The extremes' reductions by kind; NaN is skipped, so a GPU without a value has NaN.
+EXTREMES: dict[str, np.ufunc] = {"fmin": np.fmin, "fmax": np.fmax}
 
 
-def combine(
+def _combine(
     kind: str, acc: npt.NDArray[np.generic] | None, part: npt.NDArray[np.generic]
 ) -> npt.NDArray[Any]:
     """``acc`` and the newer ``part`` combined as a run or a tail combines them: added (in the
     run's dtype, or the part's), or reduced with fmin or fmax; a new array."""
     if kind in ("fmin", "fmax"):
-        out: npt.NDArray[Any] = part.copy() if acc is None else _EXTREMES[kind](acc, part)
+        out: npt.NDArray[Any] = part.copy() if acc is None else EXTREMES[kind](acc, part)
         return out
     if acc is None:
         return part.astype(_RUN_DTYPE[kind])
@@ -180,7 +181,7 @@ class BlockSums:
         else:
             acc, start = self._grown(kept.values, key[0], n_gpus), kept.last + 1
         for b in range(start, last + 1):
-            acc = combine(key[0], acc, block(b))
+            acc = _combine(key[0], acc, block(b))
         assert acc is not None  # first <= last
         self._keep(self._runs, at, _Kept(first, last, acc), generation)
         return acc[:n_gpus]
@@ -204,7 +205,7 @@ class BlockSums:
         else:
             acc = self._grown(kept.values, key[0], n_gpus)
             for s in range(kept.last + 1, hi + 1):
-                acc = combine(key[0], acc, piece(s, s))
+                acc = _combine(key[0], acc, piece(s, s))
         self._keep(self._tails, (m, key), _Kept(start, hi, acc), generation)
         return acc[:n_gpus]
 

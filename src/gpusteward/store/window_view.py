@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from gpusteward.domain.models import Metric
 from gpusteward.store import slot_scan
+from gpusteward.store.block_sums import EXTREMES
 from gpusteward.store.rings import Rings
 
 FloatArray = npt.NDArray[np.float64]
@@ -39,8 +40,6 @@ _FAMILY |= {"last": "scan", "below_for_s": "scan", "watched_s": "scan", "slope":
 #: Below this many GPUs the aggregates are computed on the calling thread.
 _THREADS_FROM_GPUS = 20_000
 _FAMILY_COST = {"count": 3, "scan": 2, "slope": 2, "fmin": 1, "fmax": 1}
-#: The extremes' reductions by kind; NaN is skipped, so a GPU without a value has NaN.
-_EXTREMES: dict[str, np.ufunc] = {"fmin": np.fmin, "fmax": np.fmax}
 
 
 class WindowView:
@@ -164,7 +163,7 @@ class WindowView:
                 for row in run:
                     total += np.fmax(row, zero, out=buf)
             return total
-        ufunc = _EXTREMES[kind]
+        ufunc = EXTREMES[kind]
         return functools.reduce(ufunc, [ufunc.reduce(r, axis=0) for r in rows])
 
     def _reduce(self, m: Metric, key: tuple[str, float], rng: Rng) -> npt.NDArray[Any]:
@@ -188,8 +187,8 @@ class WindowView:
             if (last + 1) * size <= hi:
                 piece = functools.partial(self._piece, m, key)
                 parts.append(sums.tail(m, key, ((last + 1) * size, hi), n, piece, gen))
-        if key[0] in _EXTREMES:
-            return functools.reduce(_EXTREMES[key[0]], parts).astype(np.float64)
+        if key[0] in EXTREMES:
+            return functools.reduce(EXTREMES[key[0]], parts).astype(np.float64)
         total: npt.NDArray[Any] = np.zeros(self.n_gpus, dtype=np.float64 if key[0] == "sum" else np.int64)
         for part in parts:
             total += part
