@@ -154,6 +154,7 @@ def _findings(rule: CompiledRule, ctx: EvalContext, h: Holdings, trip: BoolArray
         cost=(np.add.reduceat(prices, starts) * minutes / 60.0).tolist(),
         uuids=uuids,
         gpu_uuids=gpu_uuids,
+        fleet=len(h.gpus),
     )
     # Each finding's evidence: aggregate text -> {uuid: value}, built by C loops (map) where no
     # value is missing. ``zip(gpu_uuids, values)`` stops at the end of the finding's GPUs
@@ -287,16 +288,32 @@ def _analyse(rules: Sequence[CompiledRule], inp: AnalysisInput) -> AnalysisResul
     stale = frozenset(h.uuids[i] for i in np.flatnonzero(~fresh).tolist())
     unknown = h.ids(np.flatnonzero(~h.group_all(fresh)))
     enabled = [r for r in rules if r.spec.enabled]
-    findings = _repair([r for r in enabled if r.action is RuleAction.REPAIR], inp, h, ctx)
+    by_rule: dict[str, list[Finding]] = {}
+    for f in _repair([r for r in enabled if r.action is RuleAction.REPAIR], inp, h, ctx):
+        by_rule.setdefault(f.rule, []).append(f)
     unjudged: dict[str, BoolArray] = {}
     for rule in enabled:
         if rule.action is RuleAction.REPAIR:  # judged above, on every fresh GPU
             unjudged[rule.name] = ~h.group_all(fresh)
             continue
         trip, all_judged = _trips(rule, ctx, h, fresh)
-        findings.extend(_findings(rule, ctx, h, trip))
+        by_rule.setdefault(rule.name, []).extend(_findings(rule, ctx, h, trip))
         unjudged[rule.name] = ~all_judged
-    findings.sort(key=lambda f: (f.rule, f.workload_id or "", f.gpu_uuids))
+    # By rule, then workload id and GPUs: rule by rule, so a finding's key is not a tuple.
+    findings = itertools.chain.from_iterable(_by_workload(by_rule[name]) for name in sorted(by_rule))
     return AnalysisResult(
         tuple(findings), stale_gpus=stale, unknown_workloads=unknown, unjudged=PerRule(unjudged, h)
     )
+
+
+_WORKLOAD_ID = operator.attrgetter("workload_id")
+
+
+def _by_workload(findings: list[Finding]) -> list[Finding]:
+    """One rule's findings ordered by workload id, then GPUs. Where every id is a distinct
+    string (one finding per workload: all but the repair rules'), the id alone orders them,
+    compared as plain strings: a tuple key per finding cost ~2 ms a tick at 100,000 GPUs."""
+    ids = list(map(_WORKLOAD_ID, findings))
+    if None not in ids and len(set(ids)) == len(ids):
+        return list(map(findings.__getitem__, sorted(range(len(ids)), key=ids.__getitem__)))
+    return sorted(findings, key=lambda f: (f.workload_id or "", f.gpu_uuids))

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from gpusteward.analysis.aggregates import Aggregate, EvalContext, format_duration
 from gpusteward.analysis.evidence import XID_LOOKBACK_S, evidence_texts, xid_texts
+from gpusteward.analysis.gpu_names import NAMES
 from gpusteward.analysis.rules import CompiledRule
 from gpusteward.domain.classes import workload_class
 from gpusteward.domain.models import Gpu, Metric, Workload
@@ -51,6 +52,7 @@ class Columns:
     cost: list[float]
     uuids: list[str]  # of every tripping holding
     gpu_uuids: list[tuple[str, ...]]
+    fleet: int  # how many GPUs the tick knows (bounds the GPU names kept between ticks)
 
 
 def _positional(template: str) -> tuple[str, list[str]]:
@@ -93,8 +95,7 @@ def messages(rule: CompiledRule, ctx: EvalContext, known: list[Gpu | None], cols
         if name in ("owner", "team"):
             return [getattr(w.owner, "user" if name == "owner" else "team") for w in cols.workloads]
         if name == "gpu":
-            display = [u if g is None else g.display for u, g in zip(cols.uuids, known, strict=True)]
-            return _chunks(display, cols.counts, ", ".join)
+            return _chunks(NAMES.of(cols.uuids, known, cols.fleet), cols.counts, ", ".join)
         if name == "node":
             nodes = [None if g is None else g.node for g in known]
             return [
