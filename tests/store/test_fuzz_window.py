@@ -1,11 +1,11 @@
 """Stateful fuzzing of the window store: random ticks, late samples, missing readings and GPUs
-changing hands, checked after every step against a plain model: a GPU's window shows only
-samples of its current holder from inside the window, and a missing reading is NaN, never 0.
-``below_for_s`` and ``last``, whose newest slots the store keeps from one look to the next
-(``NewestMarks``), are checked at random steps against the same model, so that several ticks
-pass between looks; so are the mean, coverage, share below, minimum and count, which read whole
-blocks of slots the store keeps between looks (``BlockSums``, here of 3 slots so that a 10-slot
-window spans several)."""
+changing hands, checked after every step against a plain model: a GPU's window shows only samples
+of its current holder from inside the window, and a missing reading is NaN, never 0.
+``below_for_s``, ``watched_s`` and ``last``, whose newest and oldest slots the store keeps from
+one look to the next (``NewestMarks``, ``OldestMarks``), are checked at random steps against the
+same model, so that several ticks pass between looks; so are the mean, coverage, share below,
+minimum and count, which read whole blocks of slots the store keeps between looks (``BlockSums``,
+here of 3 slots so that a 10-slot window spans several)."""
 
 from __future__ import annotations
 

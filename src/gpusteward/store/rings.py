@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from gpusteward.domain.models import Metric
 from gpusteward.store.block_sums import BlockSums
-from gpusteward.store.newest_marks import NewestMarks
+from gpusteward.store.slot_marks import NewestMarks, OldestMarks
 
 
 class Rings(Protocol):
@@ -26,6 +26,7 @@ class Rings(Protocol):
     #: the store keeps no value older than it.
     _since: npt.NDArray[np.int64]
     marks: NewestMarks
+    oldest: OldestMarks
     sums: BlockSums
 
     @property

@@ -23,7 +23,7 @@ from gpusteward.domain.errors import ConfigError
 from gpusteward.domain.models import Metric, Sample
 from gpusteward.domain.sample_table import SampleTable
 from gpusteward.store.block_sums import BlockSums
-from gpusteward.store.newest_marks import NewestMarks
+from gpusteward.store.slot_marks import NewestMarks, OldestMarks
 from gpusteward.store.window_view import _EPS, NO_SLOT, IntArray, WindowView
 
 __all__ = ["MAX_WINDOW_BYTES", "NO_SLOT", "WindowStore", "WindowView"]
@@ -74,6 +74,7 @@ class WindowStore:
         self._since: IntArray = np.full(self._cap, NO_SLOT, dtype=np.int64)
         # What views keep between ticks, told of every write, clear and move below.
         self.marks = NewestMarks(NO_SLOT)
+        self.oldest = OldestMarks(NO_SLOT)
         self.sums = BlockSums()
         # The holders applied last: most ticks repeat them exactly.
         self._applied: dict[str, str] = {}
@@ -103,9 +104,9 @@ class WindowStore:
 
     @property
     def kept_bytes_per_gpu_per_metric(self) -> float:
-        """What views keep between ticks (block reductions, newest marks), per GPU and metric."""
+        """What views keep between ticks (block reductions, newest and oldest marks), per GPU and metric."""
         cells = max(1, len(self._uuids)) * len(self.metrics)
-        return (self.sums.nbytes + self.marks.nbytes) / cells
+        return (self.sums.nbytes + self.marks.nbytes + self.oldest.nbytes) / cells
 
     @property
     def row_slots(self) -> IntArray:
@@ -132,6 +133,7 @@ class WindowStore:
     def _written_from(self, m: Metric, first_slot: int) -> None:
         """Values of ``m`` are about to be written in slots from ``first_slot`` on."""
         self.marks.written(m, first_slot)
+        self.oldest.written(m, first_slot)
         self.sums.written(m, first_slot)
 
     def _known(self, uuids: list[str], remember: bool) -> npt.NDArray[np.intp] | None:
@@ -219,6 +221,7 @@ class WindowStore:
             if prev is not None and prev != holder:
                 cleared.append(i)
                 self.marks.cleared(i)
+                self.oldest.cleared(i)
             self._holders[i] = holder
         if cleared:
             # The window is the current holder's history only. One write per metric for all of

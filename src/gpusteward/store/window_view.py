@@ -23,6 +23,7 @@ from gpusteward.store.rings import Rings
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 _A = TypeVar("_A", bound=npt.NDArray[np.generic])
 Rng = tuple[int, int]  # first and last absolute slot, inclusive
 Cols = npt.NDArray[np.intp] | None
@@ -207,26 +208,32 @@ class WindowView:
     def _find_slot(self, m: Metric, x: float, newest: bool) -> IntArray:
         """Per GPU, the newest (or oldest) slot in the window with a value >= x, else NO_SLOT."""
         rng, search = self._range(m, None), functools.partial(self._search, m, x, newest)
-        if newest and rng is not None and rng[1] == self._head:
+        if rng is not None and rng[1] == self._head:
             # Kept by the store between ticks: only what was written since is scanned.
-            kept = functools.partial(self._store.marks.newest, m, x, *rng, self.n_gpus, search)
+            marks = self._store.marks if newest else self._store.oldest
+            kept = functools.partial(marks.find, m, x, *rng, self.n_gpus, search)
             return self._memoised(("find", m, x, newest), kept)
-        return self._memoised(("find", m, x, newest), lambda: search(None))
+        return self._memoised(("find", m, x, newest), lambda: search(None, None, None))
 
-    def _search(self, m: Metric, x: float, newest: bool, cols: Cols, span: Rng | None = None) -> IntArray:
-        """``_find_slot`` for every GPU (``cols`` None) or only for ``cols``, over the window or
-        only the slots ``span`` of it.
+    def _search(
+        self, m: Metric, x: float, newest: bool, cols: Cols, span: Rng | None, settled: BoolArray | None
+    ) -> IntArray:
+        """``_find_slot`` for every GPU (``cols`` None) or only for ``cols``, over the window (``span``
+        None) or only the slots ``span`` of it; GPUs ``settled`` (with ``cols`` None) are skipped.
 
         ``x = -inf`` finds any present value (NaN >= -inf is False); ``store.slot_scan`` says how.
         """
-        out = np.full(self.n_gpus, NO_SLOT, dtype=np.int64)
         rng = self._range(m, None) if span is None else span
         if rng is None or self.n_gpus == 0:
-            return out
+            return np.full(self.n_gpus, NO_SLOT, dtype=np.int64)
         ring = self._rings[m]
-        settled = None
+        if newest and cols is None and rng[0] == rng[1]:  # one slot: what the newest marks ask a tick
+            return np.where(ring[rng[0] % self.n_slots] >= x, np.int64(rng[0]), np.int64(NO_SLOT))
+        out = np.full(self.n_gpus, NO_SLOT, dtype=np.int64)
         if not newest and x == -math.inf:
-            cols, settled = slot_scan.oldest_where_due(ring, rng, self._since, cols, out)
+            cols, due = slot_scan.oldest_where_due(ring, rng, self._since, cols, out)
+            if due is not None:
+                settled = due if settled is None else due | settled
         return slot_scan.scan(ring, self._spans(*rng, newest), x, newest, cols, out, settled)
 
     def prefetch(self, calls: Iterable[tuple[str, Metric, tuple[float, ...]]], workers: int = 2) -> None:
@@ -307,11 +314,17 @@ class WindowView:
         """The most recent present value in the window."""
 
         def run() -> FloatArray:
-            slots = self._find_slot(m, -math.inf, newest=True)
-            # One flat gather from the store's whole (contiguous) ring: row * width + column.
-            ring = self._store._rings[m]
-            at = slots % self.n_slots * ring.shape[1] + np.arange(self.n_gpus)
-            out: FloatArray = np.where(slots != NO_SLOT, ring.ravel().take(at), np.nan)
+            slots, rng = self._find_slot(m, -math.inf, newest=True), self._range(m, None)
+            if rng is None:
+                return self._empty()
+            # Most GPUs' newest sample is in the range's newest slot: that row whole, then the
+            # others' gathered (a gather of every GPU's slot cost ~1 ms at 100,000 GPUs).
+            ring = self._rings[m]
+            out: FloatArray = ring[rng[1] % self.n_slots].astype(np.float64)
+            older = np.flatnonzero(slots != rng[1])
+            if older.size:
+                at = slots[older]
+                out[older] = np.where(at != NO_SLOT, ring[at % self.n_slots, older], np.nan)
             return out
 
         return self._memoised(("last", m), run)
