@@ -117,7 +117,12 @@ def build_steward(
         clock=clock,
         policy=settings.policy,
         prices=settings.cost,
-        ledger=LedgerRecorder(store, settings.cost, instances=integration.instances),
+        ledger=LedgerRecorder(
+            store,
+            settings.cost,
+            flush_every_s=settings.store.ledger_flush_seconds,
+            instances=integration.instances,
+        ),
         stale_after_s=settings.analysis.stale_after_seconds,
         backoff_max_s=settings.source.backoff_max_seconds,
     )

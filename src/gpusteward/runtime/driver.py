@@ -124,6 +124,7 @@ def run_forever(
                 stop.wait(remaining)
             else:
                 steward.clock.sleep(remaining)
+    steward.settle()  # before leadership goes: the ledger's pending amounts
     if steward.leadership is not None:
         try:
             steward.leadership.release()  # the other replica takes over at once

@@ -89,7 +89,14 @@ def split_days(start: datetime, end: datetime) -> list[tuple[str, float]]:
 
 class LedgerRecorder:
     """Accumulates ledger amounts in memory and adds them to the database every ``flush_every_s``
-    (0: every tick). If a flush fails, the amounts wait for the next one."""
+    (0: every tick), at each UTC day's first tick and when the loop stops. If a flush fails, the
+    amounts wait for the next one.
+
+    A crash between flushes loses little: marks are written in the same transaction as their
+    amounts, and the next recorder counts waste and savings on from the marks, as far back as a
+    finding says its waste began. Lost are the unwritten use and held hours (as while an agent is
+    down) and the waste of an idle spell that ended before the crash: keep ``flush_every_s``
+    well under the rules' windows."""
 
     def __init__(
         self,
@@ -110,6 +117,13 @@ class LedgerRecorder:
         self.savings_end: SavingsEnd = savings_end or self._horizon
         #: Each node's rate from its cloud instance (``instances``), read once a tick.
         self.rates = NodeRates(instances)
+        self._kinds: dict[str, str] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the marks read and the amounts not yet written: leadership changed hands, and
+        the other replica may have counted since. The marks are read again at the next tick, so
+        waste and savings go on from what was written; unwritten use is lost, as while down."""
         self._loaded = False
         #: Waste counted per GPU up to this time.
         self._waste_until: dict[str, datetime] = {}
@@ -122,8 +136,7 @@ class LedgerRecorder:
         # per workload (runtime/usage_pending.py).
         self._daily: dict[DailyKey, list[float]] = {}
         self._usage = UsagePending()
-        self._showback = ShowbackPending(prices)
-        self._kinds: dict[str, str] = {}
+        self._showback = ShowbackPending(self.prices)
         self._prev_at: datetime | None = None
         self._flushed_at: datetime | None = None
 

@@ -339,8 +339,18 @@ class Steward:
                 self.store.audit("leadership.gained", now, None, via=self.leadership.name)
         if leading and not self._leading:
             self._orphans = None  # a dead leader may have left actions unfinished
+        if leading != self._leading and self.ledger is not None:
+            self.ledger.reset()  # the other replica may have counted meanwhile: read its marks
         self._leading = leading
         return leading
+
+    def settle(self) -> None:
+        """Write what waits in memory (the ledger's amounts) if this replica leads: the loop stops."""
+        if self._leading and self.ledger is not None:
+            try:
+                self.ledger.flush(self.clock.now())
+            except StoreError:
+                log.exception("ledger not written on stopping; its amounts since the last write are lost")
 
     def _reconcile(
         self, analysis: AnalysisResult, workloads: Mapping[str, Workload], wasting: set[str]

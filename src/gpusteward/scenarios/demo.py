@@ -139,6 +139,7 @@ def run_demo(
                 _approve_instance_stops(store, clock.now())
             if on_tick is not None:
                 on_tick(i + 1)
+        steward.settle()
         watch = integration.interruptions
         spot = watch if isinstance(watch, SimInterruptions) else None
         other, other_spot = counterfactual(cluster, spot)

@@ -28,3 +28,6 @@ def test_the_bench_prints_a_remote_write_tick(
     assert out["zombies_planted"] > 0
     assert out["agree_remote_write"] is True
     assert out["zombies_remote_write"] == out["zombies_planted"]
+    # The mean is taken over a whole round of the ledger's writes (300 s at 30 s ticks).
+    assert (out["ledger_flush_seconds"], out["ticks"]) == (300, 10)
+    assert out["tick_max_ms"] >= out["tick_ms"]
