@@ -3,6 +3,7 @@ across restarts and failed writes."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from gpusteward.domain.models import (
     Workload,
     WorkloadKind,
 )
+from gpusteward.domain.records import DailyKey
 from gpusteward.runtime.ledger_recorder import LedgerRecorder, split_days
 from gpusteward.runtime.runner import ActionResult
 from gpusteward.store.db import StateStore
@@ -234,3 +236,61 @@ def test_a_failed_write_keeps_the_amounts_for_the_next(
     later = T0 + timedelta(minutes=1)
     rec.record(later, None, WORKLOADS, [finding(later, ("g0",), minutes=31)], [], GPUS)
     assert totals(state)["waste_gpu_hours"] == pytest.approx(31 / 60)
+
+
+def _plain_waste(
+    rec: LedgerRecorder, findings: list[Finding], power: dict[str, float]
+) -> dict[DailyKey, list[float]]:
+    """The waste the recorder counts, GPU by GPU and day by day: the reference for its grouping."""
+    out: dict[DailyKey, list[float]] = {}
+    until = dict(rec._waste_until)
+    for f in sorted(
+        findings, key=lambda f: (f.action is not RuleAction.RECLAIM, f.rule, f.workload_id or "")
+    ):
+        owner = WORKLOADS[f.workload_id or ""].owner
+        began = f.at - timedelta(minutes=max(0.0, f.wasted_minutes))
+        for uuid in f.gpu_uuids:
+            prev = until.get(uuid)
+            start = began if prev is None or prev < began else prev
+            if f.at <= start:
+                continue
+            price, watts = GPUS[uuid].price_per_hour, power.get(uuid)
+            for day, hours in split_days(start, f.at):
+                kwh = watts / 1000 * hours if watts is not None else 0.0
+                acc = out.setdefault(DailyKey(day, "USD", owner.user, owner.team, f.kind), [0.0] * 3)
+                acc[0] += hours
+                acc[1] += hours * price + 0.5 * kwh
+                acc[2] += kwh
+            until[uuid] = f.at
+    return out
+
+
+def test_waste_counted_per_start_matches_the_gpu_by_gpu_count(state: StateStore) -> None:
+    """A finding's GPUs counted from different times (one counted to the last tick, one new, one
+    long unseen), across midnight, with and without power: the same amounts as GPU by GPU."""
+    rng = random.Random(7)
+    rec = LedgerRecorder(state, PriceTable(electricity_per_kwh=0.5), flush_every_s=10**6)
+    rec._load()
+    at = T0 + timedelta(hours=1, minutes=50)  # 23:50
+    for _ in range(12):
+        at += timedelta(minutes=rng.choice((1, 2, 7)))
+        power = {u: rng.uniform(50, 700) for u in GPUS if rng.random() < 0.7}
+        findings = [
+            finding(
+                at,
+                tuple(u for u in ("g0", "g1") if rng.random() < 0.8) or ("g0",),
+                minutes=rng.uniform(0, 40),
+            ),
+            finding(at, ("g2", "g3"), wid="job-b", rule="zombie", kind="zombie", minutes=rng.uniform(0, 40)),
+            finding(
+                at, ("g3",), wid="job-b", action=RuleAction.ADVISE, kind="advice", rule="big", minutes=90
+            ),
+        ]
+        expected = _plain_waste(rec, findings, power)
+        rec._daily = {}
+        rec._waste(findings, WORKLOADS, GPUS, power)
+        got = {key: acc[:3] for key, acc in rec._daily.items()}
+        assert set(got) == set(expected)
+        for key, acc in expected.items():
+            assert got[key] == pytest.approx(acc, rel=1e-12)
+    assert {key.day for key in got} == {"2025-03-05"}  # past midnight by now

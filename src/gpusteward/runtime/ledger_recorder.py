@@ -214,20 +214,46 @@ class LedgerRecorder:
             w = workloads.get(f.workload_id or "")
             owner = w.owner if w is not None else NOBODY
             began = f.at - timedelta(minutes=max(0.0, f.wasted_minutes))
+            # GPUs counted from the same time share its days (most often all of a finding's GPUs:
+            # counted up to the last tick), so the days are split once for them.
+            since: dict[datetime, list[str]] = {}
             for uuid in f.gpu_uuids:
                 prev = until.get(uuid)
                 start = began if prev is None or prev < began else prev
-                if f.at <= start:
-                    continue
-                (rate, price), watts = self._price(uuid, gpus), power.get(uuid)
-                for day, hours in split_days(start, f.at):
-                    kwh = watts / 1000 * hours if watts is not None else 0.0
-                    cost = hours * price + self.prices.energy_cost(kwh)
-                    key = DailyKey(day, self.prices.currency, owner.user, owner.team, f.kind)
-                    self._bump(key, (hours, cost, kwh, 0.0, 0.0, 0.0))
-                    self._showback.add(day, owner, model_of(uuid, gpus), rate, WASTED, hours)
-                until[uuid] = f.at
-                self._dirty.add(_WASTE + uuid)
+                if f.at > start:
+                    since.setdefault(start, []).append(uuid)
+            for start, uuids in since.items():
+                self._count_waste(f, owner, start, uuids, gpus, power)
+            for uuids in since.values():
+                until.update(dict.fromkeys(uuids, f.at))
+                self._dirty.update(_WASTE + u for u in uuids)
+
+    def _count_waste(
+        self,
+        f: Finding,
+        owner: Owner,
+        start: datetime,
+        uuids: list[str],
+        gpus: Mapping[str, Gpu],
+        power: Mapping[str, float],
+    ) -> None:
+        """The waste of ``uuids`` from ``start`` to the finding, GPU by GPU as added before."""
+        priced = [(*self._price(u, gpus), power.get(u), model_of(u, gpus)) for u in uuids]
+        energy_cost = self.prices.energy_cost
+        for day, hours in split_days(start, f.at):
+            acc = self._daily.setdefault(
+                DailyKey(day, self.prices.currency, owner.user, owner.team, f.kind), [0.0] * 6
+            )
+            shown: dict[tuple[str, Rate], list[float]] = {}  # showback's row per model and rate
+            for rate, price, watts, model in priced:
+                kwh = watts / 1000 * hours if watts is not None else 0.0
+                acc[0] += hours
+                acc[1] += hours * price + energy_cost(kwh)
+                acc[2] += kwh
+                row = shown.get((model, rate))
+                if row is None:
+                    row = shown[model, rate] = self._showback.acc(day, owner, model, rate)
+                row[WASTED] += hours
 
     def _stops(
         self,
