@@ -8,7 +8,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from datetime import date
 from pathlib import Path
 
 import httpx
@@ -16,6 +18,7 @@ from typer.testing import CliRunner
 
 from gpusteward.cli.main import app
 from gpusteward.integrations.prometheus.localserver import free_port
+from gpusteward.store.db import StateStore
 
 
 def _config(tmp_path: Path) -> Path:
@@ -116,3 +119,39 @@ def test_run_web_serves_pages_api_and_metrics_beside_the_loop(tmp_path: Path) ->
         assert proc.wait(timeout=60) == 0
     finally:
         proc.kill()
+
+
+def test_sigterm_writes_the_ledgers_waiting_amounts(tmp_path: Path) -> None:
+    """The ledger is written every 5 minutes; a `gpusteward run` stopped by SIGTERM after a few
+    1-second ticks writes what waited (the first tick, the only one written before, has no use)."""
+    db = tmp_path / "state.db"
+    config = tmp_path / "gpusteward.yaml"
+    config.write_text(
+        "source: {name: sim, sim: {scenario: small, history_hours: 0}}\n"
+        f"tick_seconds: 1\nstore: {{url: 'sqlite:///{db}'}}\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpusteward", "run", "--config", str(config), "--verbose"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines: list[str] = []
+    assert proc.stderr is not None
+    threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 120  # a guard against a hung process, not a timing test
+        while sum("tick: " in line for line in list(lines)) < 4:
+            assert proc.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "gpusteward run never ticked four times"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+    store = StateStore(f"sqlite:///{db}")
+    try:
+        rows = store.ledger.usage(date(2000, 1, 1), date(2100, 1, 1))
+    finally:
+        store.close()
+    assert sum(r.amounts.held_gpu_hours for r in rows) > 0

@@ -124,7 +124,10 @@ def run_forever(
                 stop.wait(remaining)
             else:
                 steward.clock.sleep(remaining)
-    steward.settle()  # before leadership goes: the ledger's pending amounts
+    try:
+        steward.settle()  # before leadership goes: the ledger's pending amounts
+    except Exception:
+        log.exception("the ledger's amounts since its last write are lost: not written on stopping")
     if steward.leadership is not None:
         try:
             steward.leadership.release()  # the other replica takes over at once

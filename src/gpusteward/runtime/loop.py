@@ -347,10 +347,7 @@ class Steward:
     def settle(self) -> None:
         """Write what waits in memory (the ledger's amounts) if this replica leads: the loop stops."""
         if self._leading and self.ledger is not None:
-            try:
-                self.ledger.flush(self.clock.now())
-            except StoreError:
-                log.exception("ledger not written on stopping; its amounts since the last write are lost")
+            self.ledger.flush(self.clock.now())
 
     def _reconcile(
         self, analysis: AnalysisResult, workloads: Mapping[str, Workload], wasting: set[str]

@@ -164,7 +164,9 @@ def test_idle_instances_are_stopped_after_approval_and_restored(aws: str, tmp_pa
     assert sorted((a.workload_id, a.status.value) for a in actions) == sorted(
         [(f"node/{ids['gpu-a']}", "succeeded"), (f"node/{ids['taken']}", "succeeded")]
     )
-    # Credited at the instance's own price per hour, from the stop to now.
+    # Credited at the instance's own price per hour, from the stop to now (written as the loop
+    # stops: the ledger is written every 5 minutes).
+    steward.settle()
     saved = sum(a.saved_cost for k, a in store.ledger.daily.items() if k.kind == "instances")
     hours = (clock.now() - stopped_at).total_seconds() / 3600
     assert saved == pytest.approx(P4D_PRICE * hours + 1.00 * hours, rel=0.1)
