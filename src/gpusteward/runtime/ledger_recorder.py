@@ -158,13 +158,17 @@ class LedgerRecorder:
                     self._done[key] = ends
         self._loaded = True
 
-    def _bump(self, key: DailyKey, amounts: tuple[float, float, float, float, float, float]) -> None:
+    def _row(self, key: DailyKey) -> list[float]:
+        """The pending amounts of ``key`` (in ``DailyAmounts``' order), zero when new."""
         acc = self._daily.get(key)
         if acc is None:
-            self._daily[key] = list(amounts)
-        else:
-            for i, v in enumerate(amounts):
-                acc[i] += v
+            acc = self._daily[key] = [0.0] * 6
+        return acc
+
+    def _bump(self, key: DailyKey, amounts: tuple[float, float, float, float, float, float]) -> None:
+        acc = self._row(key)
+        for i, v in enumerate(amounts):
+            acc[i] += v
 
     # -- one tick -----------------------------------------------------------------------------
     def record(
@@ -224,7 +228,6 @@ class LedgerRecorder:
                     since.setdefault(start, []).append(uuid)
             for start, uuids in since.items():
                 self._count_waste(f, owner, start, uuids, gpus, power)
-            for uuids in since.values():
                 until.update(dict.fromkeys(uuids, f.at))
                 self._dirty.update(_WASTE + u for u in uuids)
 
@@ -237,13 +240,12 @@ class LedgerRecorder:
         gpus: Mapping[str, Gpu],
         power: Mapping[str, float],
     ) -> None:
-        """The waste of ``uuids`` from ``start`` to the finding, GPU by GPU as added before."""
+        """The waste of ``uuids`` from ``start`` to the finding: each row adds its GPUs' amounts
+        one by one, in the finding's order, as counting GPU by GPU does."""
         priced = [(*self._price(u, gpus), power.get(u), model_of(u, gpus)) for u in uuids]
         energy_cost = self.prices.energy_cost
         for day, hours in split_days(start, f.at):
-            acc = self._daily.setdefault(
-                DailyKey(day, self.prices.currency, owner.user, owner.team, f.kind), [0.0] * 6
-            )
+            acc = self._row(DailyKey(day, self.prices.currency, owner.user, owner.team, f.kind))
             shown: dict[tuple[str, Rate], list[float]] = {}  # showback's row per model and rate
             for rate, price, watts, model in priced:
                 kwh = watts / 1000 * hours if watts is not None else 0.0
