@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from gpusteward.domain.models import Gpu, WorkloadKind, utc
 from gpusteward.domain.sample_table import SampleTable
-from gpusteward.integrations.prometheus.assemble import Assembler, Slot
+from gpusteward.integrations.prometheus.assemble import Assembler
+from gpusteward.integrations.prometheus.cells import Slot
 from gpusteward.integrations.prometheus.parse import GpuIdentity, Holder
 from gpusteward.integrations.prometheus.source import PrometheusSource
 

@@ -10,32 +10,24 @@ import itertools
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from operator import attrgetter
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from gpusteward.domain.models import Gpu, Metric
-from gpusteward.domain.sample_table import SampleTable
+from gpusteward.domain.models import Gpu
+from gpusteward.integrations.prometheus.cells import Filed, Numbering, Slot, fold
 from gpusteward.integrations.prometheus.filing import FOLDS, NOT_OURS, Filing, Identities
 from gpusteward.integrations.prometheus.parse import (
     FP64_BLANK,
-    GR_ENGINE,
     HOLDER,
     INT32_BLANK,
-    MEM_FREE,
-    MEM_RESERVED,
-    MEM_TOTAL,
-    SAMPLE_FIELDS,
     FloatArray,
     GpuIdentity,
     Holder,
     LabelMap,
     MetricSpec,
-    derive_health,
 )
 from gpusteward.integrations.prometheus.query import RawSeries
 
@@ -50,27 +42,9 @@ _COMPLETE = attrgetter("complete")
 _NO_NODE, _NO_MODEL = "?", "unknown"
 
 
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """What the series say about one window slot: a sample and a holder per GPU."""
-
-    start_s: float
-    #: One row per GPU with any reading, sorted by uuid.
-    samples: SampleTable
-    holders: Mapping[str, Holder | None]
-
-
-class Assembler:
-    """Folds series into GPUs and one sample per GPU per slot of ``interval_s``.
-
-    A MIG parent whose instances are seen is dropped: the instances are the GPUs.
-    Utilisation falls back to the graphics-engine ratio where GPU_UTIL is absent.
-
-    ``add`` only files each series' points; ``slots`` folds them all at once as arrays. Per
-    GPU, slot and field the newest valid point wins (a tie: the series added last); the
-    holder is that of the newest point of any series in the slot (a tie: a series naming a
-    holder, the last added, over one naming none).
-    """
+class GpuView:
+    """A fold of series by ``specs`` and ``labels`` into slots of ``interval_s``; what it hands
+    the source's book: the GPUs it saw (``gpus``: identities by uuid) and their memory totals."""
 
     def __init__(
         self,
@@ -86,9 +60,49 @@ class Assembler:
         self.ignore_pods = ignore_pods
         self.gpus: dict[str, GpuIdentity] = {}
         self.mem_total: dict[str, float] = {}
-        self.series = 0
         # A label set seen before (this tick or an earlier one) is identified once.
         self._seen = identities if identities is not None else Identities()
+        self._begin()
+
+    def _begin(self) -> None:
+        """The fold's own state, empty."""
+
+    def gpu(self, uuid: str) -> Gpu:
+        g = self.gpus[uuid]
+        return Gpu(
+            uuid=uuid,
+            node=g.node or _NO_NODE,
+            index=g.index,
+            model=g.model or _NO_MODEL,
+            memory_total_mib=self.mem_total.get(uuid, 0.0),
+        )
+
+    def kept(self, uuid: str, old: Gpu) -> bool:
+        """Whether ``old`` stands for ``gpu(uuid)``: the same fields, at least its memory total
+        (checked without building the Gpu: nearly every GPU is as it was)."""
+        g = self.gpus[uuid]
+        return (
+            old.node == (g.node or _NO_NODE)
+            and old.index == g.index
+            and old.model == (g.model or _NO_MODEL)
+            and old.memory_total_mib >= self.mem_total.get(uuid, 0.0)
+        )
+
+
+class Assembler(GpuView):
+    """Folds series into GPUs and one sample per GPU per slot of ``interval_s``.
+
+    A MIG parent whose instances are seen is dropped: the instances are the GPUs.
+    Utilisation falls back to the graphics-engine ratio where GPU_UTIL is absent.
+
+    ``add`` only files each series' points; ``slots`` folds them all at once as arrays. Per
+    GPU, slot and field the newest valid point wins (a tie: the series added last); the
+    holder is that of the newest point of any series in the slot (a tie: a series naming a
+    holder, the last added, over one naming none).
+    """
+
+    def _begin(self) -> None:
+        self.series = 0
         # Per series filed: its GPU (as a number), field, scale and holder.
         self._gpu_number: dict[str, int] = {}
         self._series_gpu: list[int] = []
@@ -130,7 +144,7 @@ class Assembler:
         series = np.repeat(numbers, np.diff(batch.bounds))
         filed = series >= 0
         if filed.any():
-            self._filed.append((series[filed], batch.t_s[filed], _valid(batch.values[filed])))
+            self._filed.append((series[filed], batch.t_s[filed], valid_readings(batch.values[filed])))
 
     def _take_all(self, filings: list[Filing]) -> npt.NDArray[np.intp]:
         """``_take`` of each series (with points), as numbers (-1: none); at numpy speed where
@@ -172,8 +186,8 @@ class Assembler:
             return None
         self.series += 1
         known = self.gpus.get(ident.uuid)
-        if known is None or (not known.model and ident.model) or (known.index < 0 <= ident.index):
-            self.gpus[ident.uuid] = ident if known is None else _merge(known, ident)
+        if (kept := merged(known, ident)) is not known:
+            self.gpus[ident.uuid] = kept
         if f.kind != FOLDS or not has_points:
             return -1
         self._series_gpu.append(self._gpu_number.setdefault(ident.uuid, len(self._gpu_number)))
@@ -207,142 +221,43 @@ class Assembler:
         if not self._filed:
             return []
         uuids = list(self._gpu_number)
-        sid = np.concatenate([f[0] for f in self._filed])
-        t = np.concatenate([f[1] for f in self._filed])
-        x = np.concatenate([f[2] for f in self._filed])
-        slot = np.floor_divide(t + 1e-6, self.interval_s).astype(np.int64)
-        # One cell per (slot, GPU), ordered by slot then uuid: the order samples come out in.
-        by_name = np.argsort(np.array(uuids, dtype=object), kind="stable")
-        rank = np.empty(len(uuids), dtype=np.int64)
-        rank[by_name] = np.arange(len(uuids))
-        gpu = np.array(self._series_gpu, dtype=np.intp)[sid]
-        keys, cell = np.unique(slot * len(uuids) + rank[gpu], return_inverse=True)
-        cell = cell.reshape(-1)
-        cell_uuid = [uuids[g] for g in by_name[keys % len(uuids)].tolist()]
-        holders = self._holders(cell, t, sid, keys.size)
-        cols, at = self._values(cell, t, sid, x, keys.size)
-        keep = np.array([u not in dropped for u in cell_uuid], dtype=np.bool_)
-        self._mem_totals(cols, cell_uuid, keep)
-        util, gr = Metric.GPU_UTIL.value, cols.get(GR_ENGINE)
-        if gr is not None:
-            cols[util] = np.where(np.isnan(cols[util]), gr, cols[util]) if util in cols else gr
-        derive_health(cols, keys.size)
-        fields = {k: v for k, v in cols.items() if k in SAMPLE_FIELDS}
-        # A cell is a sample where it has any Sample field (memory parts alone are not one).
-        sampled = keep & ~np.all(np.isnan(list(fields.values())), axis=0) if fields else np.zeros_like(keep)
-        out = []
-        cell_slot = (keys // len(uuids)).tolist()
-        bounds = [0, *(np.flatnonzero(np.diff(cell_slot)) + 1).tolist(), keys.size]
-        for lo, hi in itertools.pairwise(bounds):
-            rows = lo + np.flatnonzero(sampled[lo:hi])
-            table = SampleTable(
-                [cell_uuid[i] for i in rows.tolist()],
-                at[rows],
-                {k: v[rows] for k, v in fields.items() if not np.isnan(v[rows]).all()},
-            )
-            kept = [i for i in range(lo, hi) if keep[i]]
-            if not kept:  # only MIG parents, dropped
-                continue
-            held = MappingProxyType({cell_uuid[i]: holders[i] for i in kept})
-            out.append(Slot(cell_slot[lo] * self.interval_s, table, held))
-        return out
-
-    def _holders(
-        self, cell: npt.NDArray[np.intp], t: npt.NDArray[np.float64], sid: npt.NDArray[np.intp], n: int
-    ) -> list[Holder | None]:
-        """Per cell, the holder of its newest point; at a tie, the last series that names one."""
-        series_holder = self._series_holder
-        names = np.array([h is not None for h in series_holder], dtype=np.bool_)[sid]
-        order = np.lexsort((sid, names, t, cell))
-        last = order[_last_of(cell[order], n)]
-        return [series_holder[i] for i in sid[last].tolist()]
-
-    def _values(
-        self,
-        cell: npt.NDArray[np.intp],
-        t: npt.NDArray[np.float64],
-        sid: npt.NDArray[np.intp],
-        x: FloatArray,
-        n: int,
-    ) -> tuple[dict[str, FloatArray], FloatArray]:
-        """Per field, each cell's newest valid value (NaN: none), and each cell's time: that of
-        its newest valid value."""
         fields = sorted(set(self._series_field) - {HOLDER})
         field_of = {f: i for i, f in enumerate(fields)}
-        series_field = np.array([field_of.get(f, -1) for f in self._series_field], dtype=np.intp)
-        field = series_field[sid]
-        v = x * np.array(self._series_scale, dtype=np.float64)[sid]
-        valid = np.flatnonzero((field >= 0) & ~np.isnan(v))
-        at = np.full(n, -np.inf)
-        np.maximum.at(at, cell[valid], t[valid])
-        cols = {f: np.full(n, np.nan) for f in fields}
-        if valid.size:
-            # The newest per (cell, field); at a tie the point filed last (sorts are stable).
-            order = valid[np.lexsort((t[valid], field[valid], cell[valid]))]
-            group = cell[order] * len(fields) + field[order]
-            last = order[np.flatnonzero(np.append(group[1:] != group[:-1], True))]
-            for k, f in enumerate(fields):
-                mine = last[field[last] == k]
-                cols[f][cell[mine]] = v[mine]
-        return {f: c for f, c in cols.items() if not np.isnan(c).all()}, at
-
-    def _mem_totals(self, cols: Mapping[str, FloatArray], cell_uuid: list[str], keep: BoolArray) -> None:
-        """Each GPU's largest memory total over its cells: the total read, else used + free +
-        reserved where free is read."""
-        total, free = cols.get(MEM_TOTAL), cols.get(MEM_FREE)
-        if total is None and free is None:
-            return
-        n = len(cell_uuid)
-        nan = np.full(n, np.nan)
-        used, reserved = cols.get(Metric.MEM_USED.value, nan), cols.get(MEM_RESERVED, nan)
-        parts = used + (nan if free is None else free) + np.where(np.isnan(reserved), 0.0, reserved)
-        whole = parts if total is None else np.where(np.isnan(total), parts, total)
+        series_holder = self._series_holder
+        filed = Filed(
+            np.concatenate([f[0] for f in self._filed]),
+            np.concatenate([f[1] for f in self._filed]),
+            np.concatenate([f[2] for f in self._filed]),
+            np.array(self._series_gpu, dtype=np.intp),
+            np.array([field_of.get(f, -1) for f in self._series_field], dtype=np.intp),
+            np.array(self._series_scale, dtype=np.float64),
+            np.array([h is not None for h in series_holder], dtype=np.bool_),
+        )
+        out, (gpus, totals) = fold(
+            filed,
+            fields,
+            Numbering.of(uuids),
+            np.array([u in dropped for u in uuids], dtype=np.bool_),
+            lambda sids: [series_holder[i] for i in sids.tolist()],
+            self.interval_s,
+        )
         mem_total = self.mem_total
-        for i in np.flatnonzero(keep & (whole > 0)).tolist():
-            u, x = cell_uuid[i], float(whole[i])
-            if x > mem_total.get(u, 0.0):
-                mem_total[u] = x
-
-    def gpu(self, uuid: str) -> Gpu:
-        g = self.gpus[uuid]
-        return Gpu(
-            uuid=uuid,
-            node=g.node or _NO_NODE,
-            index=g.index,
-            model=g.model or _NO_MODEL,
-            memory_total_mib=self.mem_total.get(uuid, 0.0),
-        )
-
-    def kept(self, uuid: str, old: Gpu) -> bool:
-        """Whether ``old`` stands for ``gpu(uuid)``: the same fields, at least its memory total
-        (checked without building the Gpu: nearly every GPU is as it was)."""
-        g = self.gpus[uuid]
-        return (
-            old.node == (g.node or _NO_NODE)
-            and old.index == g.index
-            and old.model == (g.model or _NO_MODEL)
-            and old.memory_total_mib >= self.mem_total.get(uuid, 0.0)
-        )
-
-
-def _last_of(sorted_groups: npt.NDArray[np.intp], n: int) -> npt.NDArray[np.intp]:
-    """The index of the last element of each of the ``n`` groups 0..n-1 in ``sorted_groups``
-    (grouped, every group present)."""
-    ends = np.flatnonzero(np.append(sorted_groups[1:] != sorted_groups[:-1], True))
-    assert ends.size == n
-    return ends
+        for g, x in zip(gpus.tolist(), totals.tolist(), strict=True):
+            if x > mem_total.get(uuids[g], 0.0):
+                mem_total[uuids[g]] = x
+        return out
 
 
 def _readings(raws: list[str | float]) -> FloatArray:
-    """Raw values as readings before scaling (``_valid``), read as ``float()`` reads them."""
+    """Raw values as readings before scaling (``valid_readings``), read as ``float()`` reads them."""
     try:
         x = np.array(raws, dtype=np.float64)
     except (TypeError, ValueError):  # a value numpy cannot read: one at a time, as float() does
         x = np.array([_float(r) for r in raws], dtype=np.float64)
-    return _valid(x)
+    return valid_readings(x)
 
 
-def _valid(x: FloatArray) -> FloatArray:
+def valid_readings(x: FloatArray) -> FloatArray:
     """``x`` with NaN where a reading is unusable: a sentinel, negative or not finite
     (``clean_value``'s rules, for every point at once)."""
     with np.errstate(invalid="ignore"):
@@ -355,6 +270,16 @@ def _float(raw: str | float) -> float:
         return float(raw)
     except (TypeError, ValueError):
         return math.nan
+
+
+def merged(known: GpuIdentity | None, ident: GpuIdentity) -> GpuIdentity:
+    """A GPU's identity once another of its series names it ``ident``: the first one seen,
+    blanks filled from a later one that names the model or index it lacks."""
+    if known is None:
+        return ident
+    if (not known.model and ident.model) or (known.index < 0 <= ident.index):
+        return _merge(known, ident)
+    return known
 
 
 def _merge(a: GpuIdentity, b: GpuIdentity) -> GpuIdentity:

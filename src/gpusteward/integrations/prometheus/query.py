@@ -120,3 +120,28 @@ def _compact(group: Sequence[str]) -> list[str]:
     for b in group:
         runs.setdefault(b[:-1], []).append(b[-1])
     return [f".*{head}[{''.join(tails)}]" for head, tails in runs.items()]
+
+
+#: Prometheus refuses range queries of more than 11,000 points per series.
+MAX_STEPS = 10_000
+
+
+def quoted(s: str) -> str:
+    """A PromQL double-quoted string literal."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def as_ms(seconds: float) -> str:
+    """A PromQL duration in whole milliseconds (at least 1)."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def range_chunks(first: float, end: float, step: float) -> list[tuple[float, float]]:
+    """``first..end`` at ``step`` as (start, end) spans of at most ``MAX_STEPS`` points each."""
+    out = []
+    lo = first
+    while lo <= end:
+        hi = min(end, lo + (MAX_STEPS - 1) * step)
+        out.append((lo, hi))
+        lo = hi + step
+    return out

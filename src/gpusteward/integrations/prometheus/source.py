@@ -25,7 +25,8 @@ from datetime import datetime
 from gpusteward.domain.errors import SourceError
 from gpusteward.domain.models import Gpu, Observation, Sample, Workload, utc
 from gpusteward.domain.sample_table import SampleTable
-from gpusteward.integrations.prometheus.assemble import Assembler, Slot
+from gpusteward.integrations.prometheus.assemble import Assembler, GpuView
+from gpusteward.integrations.prometheus.cells import Slot
 from gpusteward.integrations.prometheus.client import PrometheusClient, QueryResult, TooManySamples
 from gpusteward.integrations.prometheus.filing import Identities
 from gpusteward.integrations.prometheus.parse import (
@@ -38,25 +39,21 @@ from gpusteward.integrations.prometheus.parse import (
     clean_value,
     identify_holder,
 )
-from gpusteward.integrations.prometheus.query import RawSeries, names_regex, shard_patterns
+from gpusteward.integrations.prometheus.query import (
+    RawSeries,
+    as_ms,
+    names_regex,
+    quoted,
+    range_chunks,
+    shard_patterns,
+)
 from gpusteward.integrations.prometheus.workloads import build_workloads
 
 log = logging.getLogger(__name__)
 
-#: Prometheus refuses range queries of more than 11,000 points per series.
-MAX_STEPS = 10_000
 MAX_SHARDS = 256
 #: Assumed scrape interval when sizing queries (dcgm-exporter's default is 30 s; be safe).
 SCRAPE_GUESS_S = 10.0
-
-
-def _q(s: str) -> str:
-    """A PromQL double-quoted string literal."""
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _ms(seconds: float) -> str:
-    return f"{max(1, round(seconds * 1000))}ms"
 
 
 @dataclass
@@ -150,7 +147,7 @@ class PrometheusSource:
             exprs = (
                 [expr_for("")]
                 if len(patterns) == 1
-                else [expr_for(f"{label}=~{_q(p)}") for p in patterns for label in self.labels.uuid]
+                else [expr_for(f"{label}=~{quoted(p)}") for p in patterns for label in self.labels.uuid]
             )
             out = _Fetched(queries=len(exprs))
             try:
@@ -171,13 +168,13 @@ class PrometheusSource:
             return out
 
     def _count_series(self, at: datetime) -> dict[str, int]:
-        expr = f"count by (__name__) ({{{self._matchers(f'__name__=~{_q(self._names)}')}}})"
+        expr = f"count by (__name__) ({{{self._matchers(f'__name__=~{quoted(self._names)}')}}})"
         res = self.client.query(expr, at)
         return {s.name: int(float(s.points[-1][1])) for s in res.series if s.points}
 
     # -- state --------------------------------------------------------------------
 
-    def _absorb_gpus(self, asm: Assembler) -> None:
+    def _absorb_gpus(self, asm: GpuView) -> None:
         # An identity object absorbed before (the cached identities hand back the same one)
         # made the GPU kept: only its memory total can have grown since.
         last, mem = self._absorbed, asm.mem_total
@@ -241,12 +238,18 @@ class PrometheusSource:
             self._seen_upto = max(self._seen_upto, float(times.max(initial=0.0)))
         return changed
 
-    def _forget(self, before_s: float) -> None:
-        """GPUs silent for a whole window are gone; so are workloads that hold nothing."""
-        for uuid in [u for u, t in self._last_seen.items() if t < before_s]:
-            for d in (self._gpus, self._absorbed, self._last_seen, self._holders, self._holder_at):
-                d.pop(uuid, None)
-            self._workload_cache, self._gpu_tuple = None, None
+    def _forget(self, before_s: float, changed: bool = True) -> None:
+        """GPUs silent for a whole window are gone; so are workloads that hold nothing.
+        ``changed``: whether a holder changed since the last call (none: every workload
+        started still holds a GPU, unless a GPU goes now)."""
+        seen = self._last_seen
+        if seen and min(seen.values()) < before_s:
+            for uuid in [u for u, t in seen.items() if t < before_s]:
+                for d in (self._gpus, self._absorbed, seen, self._holders, self._holder_at):
+                    d.pop(uuid, None)
+            self._workload_cache, self._gpu_tuple, changed = None, None, True
+        if not changed:
+            return
         holding = {h.id for h in self._holders.values() if h is not None}
         for wid in [w for w in self._started if w not in holding]:
             del self._started[wid]
@@ -269,10 +272,10 @@ class PrometheusSource:
         else:
             span = (now - self._cursor).total_seconds() + self.overlap_s
         span = min(self.window_s, max(self.interval_s, span))
-        names = f"__name__=~{_q(self._names)}"
+        names = f"__name__=~{quoted(self._names)}"
         estimate = max(self._series, 1) * (span / SCRAPE_GUESS_S + 1)
         got = self._fetch(
-            lambda shard: f"{{{self._matchers(names, shard)}}}[{_ms(span)}]",
+            lambda shard: f"{{{self._matchers(names, shard)}}}[{as_ms(span)}]",
             lambda expr: self.client.query(expr, now),
             estimate,
             None,
@@ -287,7 +290,7 @@ class PrometheusSource:
         changed = False
         for slot in slots:
             changed = self._apply(slot) or changed
-        self._forget(now.timestamp() - self.window_s)
+        self._forget(now.timestamp() - self.window_s, changed)
         if not got.errors:
             self._cursor = now
             self._series = asm.series
@@ -307,8 +310,8 @@ class PrometheusSource:
         """Each GPU's newest sample of this tick with its holder's request rate (summed over the
         holder's request counters), where the holder serves any. Pods without such a counter
         keep ``requests_per_s`` missing: no request metric is not zero requests."""
-        window = _ms(max(4 * SCRAPE_GUESS_S, 2 * self.interval_s))
-        names = f"__name__=~{_q(names_regex(self.request_metrics))}"
+        window = as_ms(max(4 * SCRAPE_GUESS_S, 2 * self.interval_s))
+        names = f"__name__=~{quoted(names_regex(self.request_metrics))}"
         try:
             res = self.client.query(f"rate({{{self._matchers(names)}}}[{window}])", now)
         except SourceError as e:
@@ -347,7 +350,7 @@ class PrometheusSource:
         asm = self._assembler()
         errors: list[str] = []
         for name in sorted(n for n, c in counts.items() if c > 0 and n in self.specs):
-            for lo, hi in _chunks(first, end.timestamp(), step):
+            for lo, hi in range_chunks(first, end.timestamp(), step):
                 got = self._backfill_one(name, lo, hi, step, counts[name])
                 errors.extend(got.errors)
                 for s, _ in got.series:
@@ -375,7 +378,7 @@ class PrometheusSource:
         return out
 
     def _backfill_one(self, name: str, lo: float, hi: float, step: float, series: int) -> _Fetched:
-        window = _ms(step)
+        window = as_ms(step)
         steps = (hi - lo) / step + 1
 
         def expr(shard: str) -> str:
@@ -387,13 +390,3 @@ class PrometheusSource:
             series * steps * (1 + step / SCRAPE_GUESS_S),
             name,
         )
-
-
-def _chunks(first: float, end: float, step: float) -> list[tuple[float, float]]:
-    out = []
-    lo = first
-    while lo <= end:
-        hi = min(end, lo + (MAX_STEPS - 1) * step)
-        out.append((lo, hi))
-        lo = hi + step
-    return out

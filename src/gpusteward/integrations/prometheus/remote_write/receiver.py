@@ -19,8 +19,9 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -67,16 +68,33 @@ class Stats:
 
 @dataclass(frozen=True)
 class Batch:
-    """What arrived since the last drain, by series: ``labels[k]`` are series k's labels and
-    its points are rows ``bounds[k]:bounds[k + 1]`` of ``t_s`` and ``values``, oldest first.
-    Series come in the order their first point arrived; ``keys[k]`` are its labels as they
-    came, encoded (the same bytes every time: cheaper to look up by than the labels)."""
+    """What arrived since the last drain, by series: series k is the receiver's series
+    ``numbers[k]`` and its points are rows ``bounds[k]:bounds[k + 1]`` of ``t_s`` and
+    ``values``, oldest first. Series come in the order their first point arrived.
 
-    labels: list[dict[str, str]]
-    keys: list[bytes]
+    A series keeps its number from drain to drain until the receiver forgets the silent ones and
+    numbers the others again; ``epoch`` then changes. ``labels_of[n]`` are series n's labels and
+    ``key_of[n]`` the same labels as they came, encoded (the same bytes every time: cheaper to
+    look up by): the receiver's own lists, which it only appends to until it numbers again, and
+    then replaces."""
+
+    numbers: npt.NDArray[np.intp]
     bounds: npt.NDArray[np.intp]
     t_s: npt.NDArray[np.float64]
     values: npt.NDArray[np.float64]
+    epoch: int
+    labels_of: Sequence[dict[str, str]]
+    key_of: Sequence[bytes]
+
+    @cached_property
+    def labels(self) -> list[dict[str, str]]:
+        """Each series' labels, in batch order."""
+        return list(map(self.labels_of.__getitem__, self.numbers.tolist()))
+
+    @cached_property
+    def keys(self) -> list[bytes]:
+        """Each series' encoded labels, in batch order."""
+        return list(map(self.key_of.__getitem__, self.numbers.tolist()))
 
     def series(self) -> list[RawSeries]:
         t, v, b = self.t_s.tolist(), self.values.tolist(), self.bounds.tolist()
@@ -126,6 +144,7 @@ class Receiver:
         self._pending: list[tuple[IntArray, IntArray, FloatArray]] = []
         self._buffered = 0
         self._pruned_at = clock()
+        self._epoch = 0  # how many times the series were numbered again
 
     @property
     def buffered(self) -> int:
@@ -245,20 +264,19 @@ class Receiver:
             series = np.concatenate([p[0] for p in pending]) if pending else np.zeros(0, dtype=np.intp)
             numbers, first = np.unique(series, return_index=True)
             by_arrival = numbers[np.argsort(first, kind="stable")]
-            labels = [self._labels[n] for n in by_arrival.tolist()]
-            keys = [self._keys[n] for n in by_arrival.tolist()]
+            labels_of, key_of, epoch = self._labels, self._keys, self._epoch
             now = self.clock()
             if now - self._pruned_at >= self.forget_after_s / 4:
                 self._prune(now)
         if not pending:
-            return Batch([], [], np.zeros(1, dtype=np.intp), np.zeros(0), np.zeros(0))
+            return Batch(by_arrival, np.zeros(1, dtype=np.intp), np.zeros(0), np.zeros(0), epoch, [], [])
         rank = np.empty(int(numbers.max()) + 1, dtype=np.intp)
         rank[by_arrival] = np.arange(by_arrival.size)
         order = np.argsort(rank[series], kind="stable")  # grouped by series, arrival order within
         t_ms = np.concatenate([p[1] for p in pending])[order]
         values = np.concatenate([p[2] for p in pending])[order]
         bounds = np.searchsorted(rank[series][order], np.arange(by_arrival.size + 1))
-        return Batch(labels, keys, bounds.astype(np.intp), t_ms / 1000.0, values)
+        return Batch(by_arrival, bounds.astype(np.intp), t_ms / 1000.0, values, epoch, labels_of, key_of)
 
     def drain(self) -> list[RawSeries]:
         """``drain_batch`` as one ``RawSeries`` per series."""
@@ -276,6 +294,7 @@ class Receiver:
         self._newest_ms = self._newest_ms[:n][keep]
         self._newest_v = self._newest_v[:n][keep]
         self._pruned_at = now
+        self._epoch += 1
         self.stats.series = len(self._ids)
 
 

@@ -1,8 +1,9 @@
 """The ``remote_write`` source: each tick takes what the senders wrote since the last one.
 
 The series become samples, GPUs and workloads exactly as the ``prometheus`` source makes
-them: its ``Assembler`` folds them, and a ``PrometheusSource`` keeps the GPUs, holders and
-start times between ticks (its bookkeeping, never its queries; its ``history`` is the optional
+them: a ``Fold`` (the ``Assembler``'s arithmetic, with what each series and GPU is kept between
+ticks) folds them, and a ``PrometheusSource`` keeps the GPUs, holders and start times between
+ticks (its bookkeeping, never its queries; its ``history`` is the optional
 start-up backfill, which so leaves that state where the writes take it up).
 """
 
@@ -13,6 +14,7 @@ from datetime import datetime
 
 from gpusteward.domain.models import Observation
 from gpusteward.domain.sample_table import SampleTable
+from gpusteward.integrations.prometheus.remote_write.fold import Fold
 from gpusteward.integrations.prometheus.remote_write.receiver import Receiver, Stats, activate
 from gpusteward.integrations.prometheus.source import PrometheusSource
 
@@ -28,6 +30,7 @@ class RemoteWriteSource:
         self.receiver = receiver
         self.book = book
         self._seen = Stats()
+        self.fold = Fold(book.specs, book.labels, book.interval_s, book.ignore_pods, book._identities)
 
     def close(self) -> None:
         self.book.close()
@@ -35,14 +38,15 @@ class RemoteWriteSource:
     def observe(self, now: datetime) -> Observation:
         activate(self.receiver)
         book = self.book
-        asm = book._assembler()
-        asm.add_batch(self.receiver.drain_batch())
-        slots = asm.slots()
-        book._absorb_gpus(asm)
+        slots = self.fold.take(self.receiver.drain_batch())
+        book._absorb_gpus(self.fold)
         changed = False
         for slot in slots:
             changed = book._apply(slot) or changed
-        book._forget(now.timestamp() - book.window_s)
+        known = len(book._gpus)
+        book._forget(now.timestamp() - book.window_s, changed)
+        if len(book._gpus) < known:
+            self.fold.forgotten(book._gpus)
         self._log_drops()
         return Observation(
             at=now,

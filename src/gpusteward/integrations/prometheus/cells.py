@@ -1,0 +1,181 @@
+"""The arithmetic of a fold: points filed by series become one cell per (window slot, GPU), and
+each cell a sample row and a holder. Both folds use it: the ``Assembler`` (a tick's series,
+numbered afresh) and the remote-write ``Fold`` (series and GPUs numbered across ticks).
+
+Per cell and field the newest valid point wins (a tie: the series filed last); the holder is
+that of the newest point of any series in the cell (a tie: a series naming a holder, the last
+filed, over one naming none).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+import numpy.typing as npt
+
+from gpusteward.domain.models import Metric
+from gpusteward.domain.sample_table import SampleTable
+from gpusteward.integrations.prometheus.parse import (
+    GR_ENGINE,
+    MEM_FREE,
+    MEM_RESERVED,
+    MEM_TOTAL,
+    SAMPLE_FIELDS,
+    FloatArray,
+    Holder,
+    derive_health,
+)
+
+IntArray = npt.NDArray[np.intp]
+BoolArray = npt.NDArray[np.bool_]
+ObjectArray = npt.NDArray[np.object_]
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """What the series say about one window slot: a sample and a holder per GPU."""
+
+    start_s: float
+    #: One row per GPU with any reading, sorted by uuid.
+    samples: SampleTable
+    holders: Mapping[str, Holder | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Filed:
+    """Points to fold and what their series are. Per point: its series (points come series
+    after series, in the order the series were filed), time and reading before scaling; per
+    series: its GPU's number, its field (an index into the fold's fields; -1: it names only
+    a holder), scale and whether it names a holder."""
+
+    sid: IntArray
+    t: FloatArray
+    x: FloatArray
+    series_gpu: IntArray
+    series_field: IntArray
+    series_scale: FloatArray
+    series_names: BoolArray
+
+
+@dataclass(frozen=True, slots=True)
+class Numbering:
+    """GPU numbers in uuid order: ``order[k]`` is the number of the k-th uuid, ``by_rank[k]``
+    that uuid, and ``rank`` the inverse of ``order``."""
+
+    order: IntArray
+    rank: IntArray
+    by_rank: ObjectArray
+
+    @classmethod
+    def of(cls, uuids: Sequence[str]) -> Numbering:
+        order = np.argsort(np.array(uuids, dtype=object), kind="stable")
+        rank = np.empty(len(uuids), dtype=np.intp)
+        rank[order] = np.arange(len(uuids))
+        return cls(order, rank, np.array(uuids, dtype=object)[order])
+
+
+def fold(
+    filed: Filed,
+    fields: Sequence[str],
+    gpus: Numbering,
+    dropped: BoolArray,
+    holder_of: Callable[[IntArray], list[Holder | None]],
+    interval_s: float,
+) -> tuple[list[Slot], tuple[IntArray, FloatArray]]:
+    """Every slot seen, oldest first, and the memory totals read (GPU numbers, MiB: one per
+    cell that has one). ``dropped``: per GPU number, a MIG parent whose cells are left out;
+    ``holder_of`` answers the holders of series by number."""
+    if not filed.sid.size:
+        return [], (np.zeros(0, dtype=np.intp), np.zeros(0))
+    g = len(gpus.rank)
+    sid, t = filed.sid, filed.t
+    slot = np.floor_divide(t + 1e-6, interval_s).astype(np.int64)
+    # One cell per (slot, GPU), ordered by slot then uuid: the order samples come out in.
+    keys, cell = np.unique(slot * g + gpus.rank[filed.series_gpu[sid]], return_inverse=True)
+    cell = cell.reshape(-1)
+    cell_gpu = gpus.order[keys % g]
+    cell_uuid: list[str] = gpus.by_rank[keys % g].tolist()
+    holders = holder_of(sid[_newest(cell, t, filed.series_names[sid], keys.size)])
+    cols, at = _values(filed, fields, cell, keys.size)
+    keep = ~dropped[cell_gpu]
+    whole = _mem_totals(cols, keys.size)
+    read = np.flatnonzero(keep & (whole > 0))
+    util, gr = Metric.GPU_UTIL.value, cols.get(GR_ENGINE)
+    if gr is not None:
+        cols[util] = np.where(np.isnan(cols[util]), gr, cols[util]) if util in cols else gr
+    derive_health(cols, keys.size)
+    columns = {k: v for k, v in cols.items() if k in SAMPLE_FIELDS}
+    # A cell is a sample where it has any Sample field (memory parts alone are not one).
+    sampled = keep & ~np.all(np.isnan(list(columns.values())), axis=0) if columns else np.zeros_like(keep)
+    out = []
+    cell_slot = (keys // g).tolist()
+    bounds = [0, *(np.flatnonzero(np.diff(cell_slot)) + 1).tolist(), keys.size]
+    for lo, hi in itertools.pairwise(bounds):
+        rows = lo + np.flatnonzero(sampled[lo:hi])
+        table = SampleTable(
+            [cell_uuid[i] for i in rows.tolist()],
+            at[rows],
+            {k: v[rows] for k, v in columns.items() if not np.isnan(v[rows]).all()},
+        )
+        kept = (lo + np.flatnonzero(keep[lo:hi])).tolist()
+        if not kept:  # only MIG parents, dropped
+            continue
+        held = MappingProxyType({cell_uuid[i]: holders[i] for i in kept})
+        out.append(Slot(cell_slot[lo] * interval_s, table, held))
+    return out, (cell_gpu[read], whole[read])
+
+
+def _newest(cell: IntArray, t: FloatArray, names: BoolArray, n: int) -> IntArray:
+    """Per cell, the point that names its holder: the newest; at a tie, one whose series names
+    a holder over one that does not, then the series filed last."""
+    # Points come in the order their series were filed and lexsort is stable: the series
+    # filed last is last among equals without being a key of its own.
+    order = np.lexsort((names, t, cell))
+    return order[_last_of(cell[order], n)]
+
+
+def _values(
+    filed: Filed, fields: Sequence[str], cell: IntArray, n: int
+) -> tuple[dict[str, FloatArray], FloatArray]:
+    """Per field, each cell's newest valid value (NaN: none), and each cell's time: that of
+    its newest valid value."""
+    sid, t = filed.sid, filed.t
+    field = filed.series_field[sid]
+    v = filed.x * filed.series_scale[sid]
+    valid = np.flatnonzero((field >= 0) & ~np.isnan(v))
+    at = np.full(n, -np.inf)
+    np.maximum.at(at, cell[valid], t[valid])
+    cols = {f: np.full(n, np.nan) for f in fields}
+    if valid.size:
+        # The newest per (cell, field); at a tie the point filed last (sorts are stable).
+        order = valid[np.lexsort((t[valid], field[valid], cell[valid]))]
+        group = cell[order] * len(fields) + field[order]
+        last = order[np.flatnonzero(np.append(group[1:] != group[:-1], True))]
+        for k, f in enumerate(fields):
+            mine = last[field[last] == k]
+            cols[f][cell[mine]] = v[mine]
+    return {f: c for f, c in cols.items() if not np.isnan(c).all()}, at
+
+
+def _mem_totals(cols: Mapping[str, FloatArray], n: int) -> FloatArray:
+    """Each cell's memory total: the total read, else used + free + reserved where free is
+    read (NaN: neither)."""
+    total, free = cols.get(MEM_TOTAL), cols.get(MEM_FREE)
+    nan = np.full(n, np.nan)
+    if total is None and free is None:
+        return nan
+    used, reserved = cols.get(Metric.MEM_USED.value, nan), cols.get(MEM_RESERVED, nan)
+    parts = used + (nan if free is None else free) + np.where(np.isnan(reserved), 0.0, reserved)
+    return parts if total is None else np.where(np.isnan(total), parts, total)
+
+
+def _last_of(sorted_groups: IntArray, n: int) -> IntArray:
+    """The index of the last element of each of the ``n`` groups 0..n-1 in ``sorted_groups``
+    (grouped, every group present)."""
+    ends = np.flatnonzero(np.append(sorted_groups[1:] != sorted_groups[:-1], True))
+    assert ends.size == n
+    return ends
