@@ -150,6 +150,44 @@ def test_a_series_forgotten_between_its_look_up_and_the_lock_is_made_again(dcgm:
     assert rx.push(decode(encode([(util, [(T0 + 1_000_000, 9.0)])]), 1 << 24)).out_of_order == 1
 
 
+def test_a_series_numbered_again_between_its_look_up_and_the_lock_keeps_its_own_samples(
+    dcgm: Scraped,
+) -> None:
+    # Two series; the first falls silent. A drain on another thread forgets it and numbers the
+    # second again (1 -> 0) after push looked the second up (as 1) and before it took the lock.
+    util, used = (
+        next(labels for labels, _ in dcgm if labels["__name__"] == name)
+        for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED")
+    )
+    now = [T0 / 1000]
+    rx = Receiver(DEFAULT_SPECS, clock=lambda: now[0], forget_after_s=60)
+    rx.push(decode(encode([(util, [(T0, 1.0)]), (used, [(T0, 5.0)])]), 1 << 24))
+    rx.drain()
+    now[0] += 50
+    rx.push(decode(encode([(used, [(T0 + 50_000, 6.0)])]), 1 << 24))
+    rx.drain()
+    now[0] += 30
+    lock = rx._lock
+
+    class PruneFirst:
+        def __enter__(self) -> None:
+            rx._lock = lock
+            with lock:
+                rx._prune(now[0])
+            lock.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            lock.__exit__(*exc)
+
+    rx._lock = PruneFirst()  # type: ignore[assignment]
+    got = rx.push(decode(encode([(used, [(T0 + 80_000, 7.0)])]), 1 << 24))
+    assert got.accepted == 1
+    batch = rx.drain_batch()
+    assert batch.labels == [used]
+    assert batch.values.tolist() == [7.0]
+    assert rx.stats.series == 1
+
+
 def test_samples_far_ahead_of_the_clock_are_dropped(dcgm: Scraped) -> None:
     util = next(labels for labels, _ in dcgm if labels["__name__"] == "DCGM_FI_DEV_GPU_UTIL")
     rx = _receiver()

@@ -159,13 +159,15 @@ class Receiver:
     def push(self, req: Request) -> Stats:
         # Outside the lock (the tick never waits on a decode): which series are wanted. A series
         # is known by its encoded labels, so only a new one has them parsed.
-        known, unwanted, names = self._ids, self._unwanted, self.names
-        found = list(map(known.get, req.labels))
-        wanted = np.fromiter((n is not None for n in found), dtype=np.bool_, count=len(found))
-        wanted &= req.counts > 0
+        # The numbers found stand if the series are not numbered again before the lock is taken.
+        epoch, known, unwanted, names = self._epoch, self._ids, self._unwanted, self.names
+        lookups = map(known.get, req.labels, itertools.repeat(-1))
+        found = np.fromiter(lookups, dtype=np.intp, count=len(req.labels))
+        has_points = req.counts > 0
+        wanted = (found >= 0) & has_points
         new: dict[bytes, dict[str, str]] = {}
         skipped: set[bytes] = set()
-        for i in np.flatnonzero(~wanted & (req.counts > 0)).tolist():
+        for i in np.flatnonzero(~wanted & has_points).tolist():
             key = req.labels[i]
             if key not in new:
                 if key in unwanted or key in skipped:
@@ -178,7 +180,6 @@ class Receiver:
             wanted[i] = True
         take = np.repeat(wanted, req.counts)
         t_ms, values = req.t_ms[take], req.values[take]
-        keys = [req.labels[i] for i in np.flatnonzero(wanted).tolist()]
         limit_ms = int(self.clock() * 1000) + MAX_AHEAD_MS
         with self._lock:
             self.stats.requests += 1
@@ -186,11 +187,11 @@ class Receiver:
                 self.stats.refused += 1
                 raise BufferFull(self.retry_after_s)
             self._not_wanted(skipped)
-            numbers = list(map(self._ids.get, keys))  # again: a prune may have renumbered them
-            for i, n in enumerate(numbers):
-                if n is None:
-                    numbers[i] = self._number(keys[i], new)
-            series = np.repeat(np.array(numbers, dtype=np.intp), req.counts[wanted])
+            numbers = found[wanted] if self._epoch == epoch else np.full(int(wanted.sum()), -1, dtype=np.intp)
+            at = np.flatnonzero(wanted)
+            for i in np.flatnonzero(numbers < 0).tolist():
+                numbers[i] = self._number(req.labels[at[i]], new)
+            series = np.repeat(numbers, req.counts[wanted])
             kept, duplicates, out_of_order, too_new = self._judge(series, t_ms, values, limit_ms)
             if kept.any():
                 self._pending.append((series[kept], t_ms[kept], values[kept]))
