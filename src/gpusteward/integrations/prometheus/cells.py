@@ -95,8 +95,7 @@ def fold(
     sid, t = filed.sid, filed.t
     slot = np.floor_divide(t + 1e-6, interval_s).astype(np.int64)
     # One cell per (slot, GPU), ordered by slot then uuid: the order samples come out in.
-    keys, cell = np.unique(slot * g + gpus.rank[filed.series_gpu[sid]], return_inverse=True)
-    cell = cell.reshape(-1)
+    keys, cell = _cells(slot * g + gpus.rank[filed.series_gpu[sid]])
     cell_gpu = gpus.order[keys % g]
     cell_uuid: list[str] = gpus.by_rank[keys % g].tolist()
     holders = holder_of(sid[_newest(cell, t, filed.series_names[sid], keys.size)])
@@ -129,6 +128,18 @@ def fold(
     return out, (cell_gpu[read], whole[read])
 
 
+def _cells(key: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], IntArray]:
+    """``np.unique(key, return_inverse=True)``: the keys present, sorted, and each one's index
+    among them; by marking where the keys span little more than their count (a tick's slots)."""
+    lo, hi = int(key.min()), int(key.max())
+    if hi - lo > 4 * key.size:  # a backfill: many slots, a few points in each
+        keys, cell = np.unique(key, return_inverse=True)
+        return keys, cell.reshape(-1)
+    present = np.zeros(hi - lo + 1, dtype=np.bool_)
+    present[key - lo] = True
+    return np.flatnonzero(present) + lo, (np.cumsum(present) - 1)[key - lo]
+
+
 def _newest(cell: IntArray, t: FloatArray, names: BoolArray, n: int) -> IntArray:
     """Per cell, the point that names its holder: the newest; at a tie, one whose series names
     a holder over one that does not, then the series filed last."""
@@ -149,15 +160,17 @@ def _values(
     valid = np.flatnonzero((field >= 0) & ~np.isnan(v))
     at = np.full(n, -np.inf)
     np.maximum.at(at, cell[valid], t[valid])
-    cols = {f: np.full(n, np.nan) for f in fields}
+    read = np.flatnonzero(np.bincount(field[valid], minlength=len(fields))).tolist()
+    cols = {fields[k]: np.full(n, np.nan) for k in read}
     if valid.size:
         # The newest per (cell, field); at a tie the point filed last (sorts are stable).
-        order = valid[np.lexsort((t[valid], field[valid], cell[valid]))]
-        group = cell[order] * len(fields) + field[order]
-        last = order[np.flatnonzero(np.append(group[1:] != group[:-1], True))]
-        for k, f in enumerate(fields):
+        group = cell[valid] * len(fields) + field[valid]
+        order = np.lexsort((t[valid], group))
+        ends = np.flatnonzero(np.append(group[order][1:] != group[order][:-1], True))
+        last = valid[order[ends]]
+        for k in read:
             mine = last[field[last] == k]
-            cols[f][cell[mine]] = v[mine]
+            cols[fields[k]][cell[mine]] = v[mine]
     return {f: c for f, c in cols.items() if not np.isnan(c).all()}, at
 
 
