@@ -120,11 +120,14 @@ def fold(
             at[rows],
             {k: v[rows] for k, v in columns.items() if not np.isnan(v[rows]).all()},
         )
-        kept = (lo + np.flatnonzero(keep[lo:hi])).tolist()
-        if not kept:  # only MIG parents, dropped
-            continue
-        held = MappingProxyType({cell_uuid[i]: holders[i] for i in kept})
-        out.append(Slot(cell_slot[lo] * interval_s, table, held))
+        if keep[lo:hi].all():  # no MIG parent among them: the slot's cells as they are
+            held = dict(zip(cell_uuid[lo:hi], holders[lo:hi], strict=True))
+        else:
+            kept = (lo + np.flatnonzero(keep[lo:hi])).tolist()
+            if not kept:  # only MIG parents, dropped
+                continue
+            held = {cell_uuid[i]: holders[i] for i in kept}
+        out.append(Slot(cell_slot[lo] * interval_s, table, MappingProxyType(held)))
     return out, (cell_gpu[read], whole[read])
 
 
