@@ -16,7 +16,9 @@ under 5 % utilisation holding 20 GiB), then times, in the same run:
     tick: drain, window, analysis of the whole pack and decisions. The remote-write source
     takes over the pull source's GPUs and holders, as after its start-up backfill. The mean
     of whole rounds of the ledger's writes (every ``store.ledger_flush_seconds``, 10 ticks by
-    default: ``tick_max_ms`` is the tick that writes), beside their median.
+    default: ``tick_max_ms`` is the tick that writes), beside their median; of a tick,
+    ``remote_write_receive_ms`` is the receive and ``remote_write_observe_ms`` the source's
+    part (drain, fold and the GPUs' and holders' bookkeeping), medians.
 
 Both must name the same zombie GPUs. Needs Debian's ``prometheus`` package; (d) the
 ``remote-write`` extra.
@@ -34,13 +36,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
-from gpusteward.domain.models import RuleAction, utc
+from gpusteward.domain.models import Observation, RuleAction, utc
 from gpusteward.integrations.prometheus.localserver import LocalPrometheus
 from gpusteward.integrations.prometheus.remote_write import Receiver, RemoteWriteSource, encode
 from gpusteward.integrations.prometheus.source import PrometheusSource
@@ -128,7 +131,18 @@ def remote_write_ticks(
     receiver = Receiver(
         book.specs, max_samples=10 * n * 2 * TICK_S // SCRAPE_S + 1, clock=lambda: clock.now().timestamp()
     )
-    steward.source = RemoteWriteSource(receiver, book)
+    source = steward.source = RemoteWriteSource(receiver, book)
+    observes: list[float] = []  # the source's part of each tick: drain, fold, the book
+    observe = source.observe
+
+    def timed_observe(now: datetime) -> Observation:
+        t0 = time.perf_counter()
+        try:
+            return observe(now)
+        finally:
+            observes.append((time.perf_counter() - t0) * 1000)
+
+    source.observe = timed_observe  # type: ignore[method-assign]
     assert steward.ledger is not None
     cycle = max(1, math.ceil(steward.ledger.flush_every_s / TICK_S))
     ticks, receives, found = [], [], set()
@@ -153,6 +167,7 @@ def remote_write_ticks(
         "ticks": len(ticks),
         "ledger_flush_seconds": steward.ledger.flush_every_s,
         "remote_write_receive_ms": round(statistics.median(receives), 2),
+        "remote_write_observe_ms": round(statistics.median(observes[1:]), 2),
         "remote_write_requests_per_tick": len(bodies),
         "remote_write_body_kib": round(sum(map(len, bodies)) / len(bodies) / 1024, 1),
         "zombies_remote_write": len(found),

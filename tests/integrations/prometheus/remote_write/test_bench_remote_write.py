@@ -31,3 +31,5 @@ def test_the_bench_prints_a_remote_write_tick(
     # The mean is taken over a whole round of the ledger's writes (300 s at 30 s ticks).
     assert (out["ledger_flush_seconds"], out["ticks"]) == (300, 10)
     assert out["tick_max_ms"] >= out["tick_ms"]
+    # The source's part is timed inside each tick: a part of it, never more.
+    assert 0 < out["remote_write_observe_ms"] < out["tick_max_ms"]
