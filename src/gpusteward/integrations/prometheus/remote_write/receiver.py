@@ -285,16 +285,19 @@ class Receiver:
 
     def _prune(self, now: float) -> None:
         """Forget the order of series silent for ``forget_after_s`` (gone GPUs, old pods); the
-        others are numbered again (nothing is pending: the drain took it)."""
+        others are numbered again (nothing is pending: the drain took it). With none silent the
+        numbers stand, and so does ``epoch``: what readers keep by number stays good."""
         n = len(self._labels)
         keep = self._newest_ms[:n] >= (now - self.forget_after_s) * 1000
+        self._pruned_at = now
+        if keep.all():
+            return
         renumber = np.cumsum(keep) - 1
         self._ids = {k: int(renumber[i]) for k, i in self._ids.items() if keep[i]}
         self._labels = [lb for lb, k in zip(self._labels, keep.tolist(), strict=True) if k]
         self._keys = [key for key, k in zip(self._keys, keep.tolist(), strict=True) if k]
         self._newest_ms = self._newest_ms[:n][keep]
         self._newest_v = self._newest_v[:n][keep]
-        self._pruned_at = now
         self._epoch += 1
         self.stats.series = len(self._ids)
 
