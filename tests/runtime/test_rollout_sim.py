@@ -63,7 +63,11 @@ def test_three_scopes_at_three_stages(make_steward, run_for, tmp_path: Path) -> 
     assert stopped
     assert all(teams[w] not in ("speech", "platform") for w in stopped)
     status = RolloutBook(store, steward.policy).readiness(clock.now())
-    assert status["pilot-speech"].would
+    # Each workload held at a step is counted once for that step, at every step it reaches.
+    reached = {(d.workload_id, d.step) for d in held if d.step}
+    expected = {step: sum(1 for _, s in reached if s == step) for _, step in reached}
+    assert len(expected) > 1
+    assert dict(status["pilot-speech"].would) == expected
     assert status["pilot-speech"].false_kills == 0
 
 

@@ -99,11 +99,14 @@ class RolloutStep:
             if w is None or not d.rule or w.kind in (WorkloadKind.NODE, WorkloadKind.POOL):
                 continue
             self._last[d.workload_id] = (d.step, d.hold)
-            scope = scope_for(w, gpus, self.policy, self.stages, self.slowed)
             before = last.get(d.workload_id)
-            if before is None:
+            new, would = before is None, d.hold is Hold.SCOPE and before != (d.step, d.hold)
+            if not (new or would):  # as counted last tick (nearly every finding): no scope to find
+                continue
+            scope = scope_for(w, gpus, self.policy, self.stages, self.slowed)
+            if new:
                 watch.count(scope.name, scope.stage, finding=True)
-            if d.hold is Hold.SCOPE and before != (d.step, d.hold):
+            if would:
                 watch.count(scope.name, scope.stage, would=d.step)
 
     def _stops(
