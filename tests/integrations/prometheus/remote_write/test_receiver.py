@@ -118,6 +118,24 @@ def test_a_series_twice_in_one_request_is_one_series_in_order(dcgm: Scraped) -> 
     assert rx.stats.series == 1
 
 
+def _prune_before_the_lock(rx: Receiver, now: float) -> None:
+    """The next ``push`` finds, when it takes the lock, that a drain on another thread has just
+    looked for silent series (as of ``now``): after its look-up, before its lock."""
+    lock = rx._lock
+
+    class PruneFirst:
+        def __enter__(self) -> None:
+            rx._lock = lock
+            with lock:
+                rx._prune(now)
+            lock.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            lock.__exit__(*exc)
+
+    rx._lock = PruneFirst()  # type: ignore[assignment]
+
+
 def test_a_series_forgotten_between_its_look_up_and_the_lock_is_made_again(dcgm: Scraped) -> None:
     # push looks a known series up outside the lock; a drain may forget it (silent for
     # forget_after_s) before push takes the lock. Then it is known again, as a new series.
@@ -127,19 +145,7 @@ def test_a_series_forgotten_between_its_look_up_and_the_lock_is_made_again(dcgm:
     rx.push(decode(encode([(util, [(T0, 1.0)])]), 1 << 24))
     rx.drain()
     now[0] += 3600
-    lock = rx._lock
-
-    class PruneFirst:
-        def __enter__(self) -> None:
-            rx._lock = lock
-            with lock:
-                rx._prune(now[0])  # what a drain on another thread does meanwhile
-            lock.__enter__()
-
-        def __exit__(self, *exc: object) -> None:
-            lock.__exit__(*exc)
-
-    rx._lock = PruneFirst()  # type: ignore[assignment]
+    _prune_before_the_lock(rx, now[0])
     got = rx.push(decode(encode([(util, [(T0 + 3_600_000, 2.0)])]), 1 << 24))
     assert got.accepted == 1
     (series,) = rx.drain()
@@ -167,19 +173,7 @@ def test_a_series_numbered_again_between_its_look_up_and_the_lock_keeps_its_own_
     rx.push(decode(encode([(used, [(T0 + 50_000, 6.0)])]), 1 << 24))
     rx.drain()
     now[0] += 30
-    lock = rx._lock
-
-    class PruneFirst:
-        def __enter__(self) -> None:
-            rx._lock = lock
-            with lock:
-                rx._prune(now[0])
-            lock.__enter__()
-
-        def __exit__(self, *exc: object) -> None:
-            lock.__exit__(*exc)
-
-    rx._lock = PruneFirst()  # type: ignore[assignment]
+    _prune_before_the_lock(rx, now[0])
     got = rx.push(decode(encode([(used, [(T0 + 80_000, 7.0)])]), 1 << 24))
     assert got.accepted == 1
     batch = rx.drain_batch()
