@@ -238,21 +238,23 @@ class PrometheusSource:
             self._seen_upto = max(self._seen_upto, float(times.max(initial=0.0)))
         return changed
 
-    def _forget(self, before_s: float, changed: bool = True) -> None:
-        """GPUs silent for a whole window are gone; so are workloads that hold nothing.
-        ``changed``: whether a holder changed since the last call (none: every workload
-        started still holds a GPU, unless a GPU goes now)."""
+    def _forget(self, before_s: float, changed: bool = True) -> list[str]:
+        """GPUs silent for a whole window are gone (returned); so are workloads that hold
+        nothing. ``changed``: whether a holder changed since the last call (none: every
+        workload started still holds a GPU, unless a GPU goes now)."""
         seen = self._last_seen
+        gone: list[str] = []
         if seen and min(seen.values()) < before_s:
-            for uuid in [u for u, t in seen.items() if t < before_s]:
+            gone = [u for u, t in seen.items() if t < before_s]
+            for uuid in gone:
                 for d in (self._gpus, self._absorbed, seen, self._holders, self._holder_at):
                     d.pop(uuid, None)
             self._workload_cache, self._gpu_tuple, changed = None, None, True
-        if not changed:
-            return
-        holding = {h.id for h in self._holders.values() if h is not None}
-        for wid in [w for w in self._started if w not in holding]:
-            del self._started[wid]
+        if changed:
+            holding = {h.id for h in self._holders.values() if h is not None}
+            for wid in [w for w in self._started if w not in holding]:
+                del self._started[wid]
+        return gone
 
     def _workloads(self, changed: bool = True) -> tuple[Workload, ...]:
         if changed or self._workload_cache is None:

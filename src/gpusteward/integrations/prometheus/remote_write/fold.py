@@ -14,7 +14,7 @@ memory total changed, and those the book forgot (``forgotten``) and now hears fr
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Iterable
 
 import numpy as np
 import numpy.typing as npt
@@ -109,11 +109,12 @@ class Fold(GpuView):
         self._hand_over(seen, idents, dropped, mem_gpus, totals)
         return slots
 
-    def forgotten(self, kept: Container[str]) -> None:
-        """The book forgot the GPUs not in ``kept``: each is handed over again if it comes back,
-        with only the memory totals read from then on."""
-        for g in np.flatnonzero(self._given >= 0).tolist():
-            if self._uuids[g] not in kept:
+    def forgotten(self, uuids: Iterable[str]) -> None:
+        """The book forgot these GPUs: each is handed over again if it comes back, with only
+        the memory totals read from then on."""
+        for uuid in uuids:
+            g = self._gpu_number.get(uuid)
+            if g is not None and self._given[g] >= 0:
                 self._given[g], self._mem[g] = -1, 0.0
 
     def _grow(self, n: int) -> None:

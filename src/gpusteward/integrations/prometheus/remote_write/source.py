@@ -43,10 +43,7 @@ class RemoteWriteSource:
         changed = False
         for slot in slots:
             changed = book._apply(slot) or changed
-        known = len(book._gpus)
-        book._forget(now.timestamp() - book.window_s, changed)
-        if len(book._gpus) < known:
-            self.fold.forgotten(book._gpus)
+        self.fold.forgotten(book._forget(now.timestamp() - book.window_s, changed))
         self._log_drops()
         return Observation(
             at=now,
