@@ -96,8 +96,9 @@ def fold(
     slot = np.floor_divide(t + 1e-6, interval_s).astype(np.int64)
     # One cell per (slot, GPU), ordered by slot then uuid: the order samples come out in.
     keys, cell = _cells(slot * g + gpus.rank[filed.series_gpu[sid]])
-    cell_gpu = gpus.order[keys % g]
-    cell_uuid: list[str] = gpus.by_rank[keys % g].tolist()
+    cell_rank = keys % g
+    cell_gpu = gpus.order[cell_rank]
+    cell_uuid: list[str] = gpus.by_rank[cell_rank].tolist()
     holders = holder_of(sid[_newest(cell, t, filed.series_names[sid], keys.size)])
     cols, at = _values(filed, fields, cell, keys.size)
     keep = ~dropped[cell_gpu]
