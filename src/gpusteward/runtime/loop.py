@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from gpusteward.analysis.cost import PriceTable
 from gpusteward.analysis.engine import AnalysisInput, AnalysisResult, analyse
@@ -50,7 +50,7 @@ from gpusteward.runtime.interruption_step import InterruptionStep
 from gpusteward.runtime.ledger_recorder import LedgerRecorder
 from gpusteward.runtime.logs import log_context, new_tick_id, tick_id
 from gpusteward.runtime.parking_step import ParkingStep
-from gpusteward.runtime.planning import plan_ladders, save_ladders, with_runner_holds
+from gpusteward.runtime.planning import plan_ladders, rebase_ladders, save_ladders, with_runner_holds
 from gpusteward.runtime.queues import QueueReader
 from gpusteward.runtime.reconcile import Judgement, Reconciler
 from gpusteward.runtime.rollout_step import RolloutStep
@@ -204,7 +204,7 @@ class Steward:
         if not self._lead(now):
             return report
         if jump_s:
-            self._rebase_ladders(jump_s, now)
+            rebase_ladders(self.store, jump_s, now, dry_run=self.dry_run)
         if obs is not None:
             self.store.remember_workloads(list(workloads.values()), now)
         # 4. Plan: every change is a Decision (ladder steps, parks and unparks, pool scales).
@@ -339,6 +339,7 @@ class Steward:
                 self.store.audit("leadership.gained", now, None, via=self.leadership.name)
         if leading and not self._leading:
             self._orphans = None  # a dead leader may have left actions unfinished
+            self.store.reread()  # and opened or ended episodes meanwhile
         if leading != self._leading and self.ledger is not None:
             self.ledger.reset()  # the other replica may have counted meanwhile: read its marks
         self._leading = leading
@@ -346,6 +347,8 @@ class Steward:
 
     def settle(self) -> None:
         """Write what waits in memory (the ledger's amounts) if this replica leads: the loop stops."""
+        if self._leading:
+            self.store.flush_episodes()
         if self._leading and self.ledger is not None:
             self.ledger.flush(self.clock.now())
 
@@ -371,28 +374,6 @@ class Steward:
             return 0.0
         jump = (now - mark[0]).total_seconds() - (mono - mark[1])
         return jump if abs(jump) > self.clock_jump_tolerance_s else 0.0
-
-    def _rebase_ladders(self, jump_s: float, now: datetime) -> None:
-        """Move the ladders' step times with a wall-clock step so no step fires early (or late).
-        ``first_seen_at`` stays: it names the episode in idempotency keys."""
-        shift = timedelta(seconds=jump_s)
-
-        def moved(at: datetime | None) -> datetime | None:
-            return None if at is None else at + shift
-
-        states = self.store.load_ladders(self.dry_run)
-        rebased = [
-            replace(
-                s,
-                step_at=moved(s.step_at),
-                first_warned_at=moved(s.first_warned_at),
-                clean_since=moved(s.clean_since),
-            )
-            for s in states.values()
-        ]
-        self.store.update_ladders(rebased, (), dry_run=self.dry_run)
-        log.warning("wall clock stepped by %+.0f s; %d ladder(s) shifted with it", jump_s, len(rebased))
-        self.store.audit("clock.step", now, None, seconds=round(jump_s, 3), ladders=len(rebased))
 
     def backfill(self, observations: Sequence[Observation]) -> None:
         """Fill the window from history so the first tick can already judge."""

@@ -10,6 +10,7 @@ rows say "done") and never a new episode's.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -23,6 +24,8 @@ from gpusteward.policy.decide import PolicyResult
 from gpusteward.policy.owner import ApprovalView, SnoozeView
 from gpusteward.policy.scope_settings import Stage
 from gpusteward.runtime.runner import ActionResult
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -149,3 +152,26 @@ def _untaken(state: LadderState, prev: LadderState | None) -> LadderState:
     if prev is None:
         return replace(state, step="", step_at=None, first_warned_at=None)
     return replace(state, step=prev.step, step_at=prev.step_at, first_warned_at=prev.first_warned_at)
+
+
+def rebase_ladders(store: TickStore, jump_s: float, now: datetime, *, dry_run: bool) -> None:
+    """Move the ladders' step times with a wall-clock step so no step fires early (or late).
+    ``first_seen_at`` stays: it names the episode in idempotency keys."""
+    shift = timedelta(seconds=jump_s)
+
+    def moved(at: datetime | None) -> datetime | None:
+        return None if at is None else at + shift
+
+    states = store.load_ladders(dry_run)
+    rebased = [
+        replace(
+            s,
+            step_at=moved(s.step_at),
+            first_warned_at=moved(s.first_warned_at),
+            clean_since=moved(s.clean_since),
+        )
+        for s in states.values()
+    ]
+    store.update_ladders(rebased, (), dry_run=dry_run)
+    log.warning("wall clock stepped by %+.0f s; %d ladder(s) shifted with it", jump_s, len(rebased))
+    store.audit("clock.step", now, None, seconds=round(jump_s, 3), ladders=len(rebased))

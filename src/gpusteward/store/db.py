@@ -103,6 +103,7 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
         self._snapshot_of: dict[str, Workload] = {}  # and the (frozen) workload it was made from
         self._seen_at: dict[str, datetime] = {}  # and the last_seen_at last written with it
         self._last_remembered: list[Workload] = []  # the workloads of the last call (_steady)
+        self._open = episodes.OpenEpisodes(SEEN_EVERY)  # the open finding episodes, as the leader
         try:
             parsed = make_url(url)
             # A JSON column or two a row read, thousands of evidence maps a tick written.
@@ -126,8 +127,11 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
         try:
             with self._engine.begin() as conn:
                 yield conn
-        except SQLAlchemyError as e:
-            raise StoreError(f"{what}: {_short(e)}") from e
+        except BaseException as e:
+            self._open.forget()  # a write rolled back: what is kept of the open episodes may be ahead
+            if isinstance(e, SQLAlchemyError):
+                raise StoreError(f"{what}: {_short(e)}") from e
+            raise
 
     def transaction(self, what: str) -> AbstractContextManager[Connection]:
         """One transaction on the store's engine, for store modules beside this one (web access).
@@ -198,19 +202,25 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
 
     # -- finding episodes ---------------------------------------------------------------------
     def record_findings(self, findings: Sequence[Finding], at: datetime) -> None:
-        """Open an episode per new (workload, rule); refresh the open one with the latest evidence."""
-        if not findings:
-            return
-        with self._tx("record findings") as conn:
-            episodes.record(conn, findings, at)
+        """Open an episode per new (workload, rule); refresh the open one with the latest evidence
+        (written every ``SEEN_EVERY``: ``store/episodes.py``)."""
+        if findings:
+            with self._tx("record findings") as conn:
+                self._open.record(conn, findings, at)
 
     def close_findings(self, keys: Iterable[tuple[str, str]], at: datetime) -> None:
         """End the open episodes of these (workload id, rule) pairs (waste gone or workload gone)."""
-        c = episodes_t.c
         with self._tx("close findings") as conn:
-            for wid, rule in sorted(set(keys)):
-                where = (c.ended_at.is_(None), c.workload_id == wid, c.rule == rule)
-                conn.execute(update(episodes_t).where(*where).values(ended_at=at))
+            self._open.close(conn, keys, at)
+
+    def flush_episodes(self) -> None:
+        """Write the open episodes' refreshes waiting in memory (the loop stops)."""
+        with self._tx("write findings") as conn:
+            self._open.flush(conn)
+
+    def reread(self) -> None:
+        """Forget what this replica keeps of the open episodes: another replica may have led."""
+        self._open.forget()
 
     def findings_for(self, workload_id: str) -> list[FindingEpisode]:
         """Every episode of one workload, oldest first."""
@@ -225,15 +235,14 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
 
     def open_episode_keys(self) -> set[tuple[str, str]]:
         """(workload id, rule) of every open episode: the candidates for ``close_findings``."""
-        c = episodes_t.c
-        query = select(c.workload_id, c.rule).where(c.ended_at.is_(None), c.workload_id.is_not(None))
         with self._tx("read open findings") as conn:
-            return {(str(w), str(r)) for w, r in conn.execute(query)}
+            return self._open.keys(conn)
 
     def _episodes(self, where: Any) -> list[FindingEpisode]:
+        """The episodes ``where`` selects, each open one with its newest refresh, written or not."""
         with self._tx("read findings") as conn:
             rows = conn.execute(select(episodes_t).where(where).order_by(episodes_t.c.id)).all()
-        return [episode_of(r) for r in rows]
+        return self._open.newest([episode_of(r) for r in rows])
 
     # -- decisions ----------------------------------------------------------------------------
     def record_decisions(self, decisions: Sequence[Decision]) -> int:

@@ -184,6 +184,12 @@ class MemoryStore(MemoryJournal, MemoryControls):
             if e.ended_at is None and (e.finding.workload_id, e.finding.rule) in ending:
                 e.ended_at = at
 
+    def flush_episodes(self) -> None:
+        """Nothing waits: every refresh is stored at once."""
+
+    def reread(self) -> None:
+        """Nothing is kept apart from the store itself."""
+
     def open_episode_keys(self) -> set[tuple[str, str]]:
         return {
             (e.finding.workload_id, e.finding.rule)
