@@ -151,3 +151,43 @@ def test_the_follower_takes_over_the_ladders_without_duplicates(make_steward, ru
     for s in (a, b):
         s.leadership.release()
         s.store.close()
+
+
+class Baton:
+    """Leadership handed between two stewards by the test (``holder``)."""
+
+    def __init__(self, board: dict[str, str], name: str) -> None:
+        self.board, self.me, self.name = board, name, "baton"
+
+    def acquire(self) -> bool:
+        return self.board["holder"] == self.me
+
+    def release(self) -> None:
+        pass
+
+
+def test_a_leader_handed_back_its_role_reads_what_the_other_did(make_steward, tmp_path):
+    """A leads, B leads for a while, A leads again: A's ladders and open episodes kept in memory
+    from before are read again, so no step is taken twice or out of B's schedule."""
+    settings = small_settings(tmp_path / "state.db")
+    a, integration, clock, _ = make_steward(settings)
+    b, _, _, _ = make_steward(settings, clock=clock, integration=integration)
+    board = {"holder": "a"}
+    a.leadership, b.leadership = Baton(board, "a"), Baton(board, "b")
+    (zombie,) = {
+        t.workload_id
+        for t in integration.ground_truth.truths()
+        if t.behaviour is Behaviour.ZOMBIE and not t.protected
+    }
+    for minute in range(60):
+        board["holder"] = "b" if 12 <= minute < 24 else "a"
+        a.tick()
+        b.tick()
+        clock.advance(60)
+    actions = a.store.actions(limit=1000, workload_id=zombie)
+    assert Counter(x.idempotency_key for x in actions).most_common(1)[0][1] == 1
+    assert [x.step for x in actions] == ["warn-1", "warn-2", "graceful-stop"]
+    since = [(x.created_at - actions[0].created_at).total_seconds() / 60 for x in actions]
+    assert since == [0, 15, 30]
+    open_ = [e for e in a.store.findings_for(zombie) if e.ended_at is None]
+    assert len(open_) <= 1

@@ -56,7 +56,20 @@ def test_saves_and_clears_leave_what_the_memory_store_leaves(
         store.update_ladders(saved, cleared, dry_run=mode)
         model.update_ladders(saved, cleared, dry_run=mode)
         for m in (False, True):
-            assert store.load_ladders(m) == model.load_ladders(m)
+            mine = store.load_ladders(m)  # from memory once the store wrote (store/ladders.py)
+            assert mine == model.load_ladders(m)
+            assert list(mine) == sorted(mine)  # in workload order, as the table gives them
+            # In UTC, as read back from the table: a reason quoting a time prints the same.
+            assert all(t is None or t.tzinfo is UTC for s in mine.values() for t in _times(s))
+    store.flush_kept()  # the loop stops: another process then reads them all
+    other = StateStore(store._engine.url.render_as_string(hide_password=False))
+    for m in (False, True):
+        assert other.load_ladders(m) == model.load_ladders(m)
+    other.close()
+
+
+def _times(s: LadderState) -> list[datetime | None]:
+    return [s.first_seen_at, s.last_seen_at, s.step_at, s.first_warned_at, s.clean_since]
 
 
 def test_a_workload_both_saved_and_cleared_keeps_the_saved_ladder(store: StateStore) -> None:

@@ -99,7 +99,7 @@ def test_an_episode_ends_and_the_loop_stops_with_its_last_refresh_written(
     )
     assert (still.last_seen_at, _util(still)) == (T0, 0.0)
     assert leader.open_episode_keys() == reader.open_episode_keys() == {("job-2", "idle-gpu")}
-    leader.flush_episodes()
+    leader.flush_kept()
     assert reader.findings_for("job-2") == leader.findings_for("job-2")
     assert reader.findings_for("job-2")[0].last_seen_at == T0 + 2 * TICK
 
@@ -184,7 +184,7 @@ def test_the_leader_answers_as_a_store_writing_every_tick(
                 assert db.open_episode_keys() == reference.open_episode_keys()
                 assert _plain(db.all_findings()) == _plain(reference.all_findings())
                 at += gap * TICK
-            db.flush_episodes()
+            db.flush_kept()
             other = StateStore(url)  # what another process reads once the loop stopped
             assert _plain(other.all_findings()) == _plain(reference.all_findings())
             other.close()

@@ -137,12 +137,12 @@ class EpisodeStore(Protocol):
 
     def open_episode_keys(self) -> set[tuple[str, str]]: ...
 
-    def flush_episodes(self) -> None:
-        """Write what the open episodes' refreshes keep in memory (the loop stops)."""
+    def flush_kept(self) -> None:
+        """Write what waits in memory: open episodes' refreshes, ladders' ``last_seen_at``."""
         ...
 
     def reread(self) -> None:
-        """Forget what is kept in memory of the open episodes (leadership changed hands)."""
+        """Forget what is kept in memory of open episodes and ladders (leadership changed hands)."""
         ...
 
     def open_findings(self) -> list[FindingEpisode]: ...

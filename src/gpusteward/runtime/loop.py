@@ -348,7 +348,7 @@ class Steward:
     def settle(self) -> None:
         """Write what waits in memory (the ledger's amounts) if this replica leads: the loop stops."""
         if self._leading:
-            self.store.flush_episodes()
+            self.store.flush_kept()
         if self._leading and self.ledger is not None:
             self.ledger.flush(self.clock.now())
 

@@ -39,7 +39,6 @@ from gpusteward.store.dbschema import (
     audit_t,
     decisions_t,
     episodes_t,
-    ladders_t,
     notices_t,
     settings_t,
     workloads_t,
@@ -53,7 +52,6 @@ from gpusteward.store.rows import (
     decision_of,
     decision_row,
     episode_of,
-    ladder_of,
     notice_of,
     notice_row,
     workload_of,
@@ -104,6 +102,7 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
         self._seen_at: dict[str, datetime] = {}  # and the last_seen_at last written with it
         self._last_remembered: list[Workload] = []  # the workloads of the last call (_steady)
         self._open = episodes.OpenEpisodes(SEEN_EVERY)  # the open finding episodes, as the leader
+        self._ladders = ladders.KeptLadders(SEEN_EVERY)  # and the ladders it writes
         try:
             parsed = make_url(url)
             # A JSON column or two a row read, thousands of evidence maps a tick written.
@@ -128,7 +127,7 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
             with self._engine.begin() as conn:
                 yield conn
         except BaseException as e:
-            self._open.forget()  # a write rolled back: what is kept of the open episodes may be ahead
+            self.reread()  # a write rolled back: what is kept in memory may be ahead of the table
             if isinstance(e, SQLAlchemyError):
                 raise StoreError(f"{what}: {_short(e)}") from e
             raise
@@ -181,10 +180,9 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
 
     # -- ladders ------------------------------------------------------------------------------
     def load_ladders(self, dry_run: bool) -> dict[str, LadderState]:
-        c = ladders_t.c
+        """The ladders of a mode; from memory once this store wrote them (``store/ladders.py``)."""
         with self._tx("load ladders") as conn:
-            rows = conn.execute(select(ladders_t).where(c.dry_run == dry_run).order_by(c.workload_id)).all()
-        return {r.workload_id: ladder_of(r) for r in rows}
+            return self._ladders.load(conn, dry_run)
 
     def update_ladders(self, save: Iterable[LadderState], clear: Iterable[str], *, dry_run: bool) -> None:
         """Save some ladders and end others in one transaction (what ``decide`` returns each tick)."""
@@ -192,7 +190,7 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
         if not (states or cleared):
             return
         with self._tx("save ladders") as conn:
-            ladders.save(conn, states, cleared, dry_run=dry_run)
+            self._ladders.update(conn, states, cleared, dry_run=dry_run)
 
     def save_ladders(self, states: Iterable[LadderState], dry_run: bool) -> None:
         self.update_ladders(states, (), dry_run=dry_run)
@@ -213,14 +211,16 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
         with self._tx("close findings") as conn:
             self._open.close(conn, keys, at)
 
-    def flush_episodes(self) -> None:
-        """Write the open episodes' refreshes waiting in memory (the loop stops)."""
-        with self._tx("write findings") as conn:
+    def flush_kept(self) -> None:
+        """Write what waits in memory: open episodes' refreshes, ladders' ``last_seen_at``."""
+        with self._tx("write findings and ladders") as conn:
             self._open.flush(conn)
+            self._ladders.flush(conn)
 
     def reread(self) -> None:
-        """Forget what this replica keeps of the open episodes: another replica may have led."""
+        """Forget what this replica keeps of open episodes and ladders: another may have led."""
         self._open.forget()
+        self._ladders.forget()
 
     def findings_for(self, workload_id: str) -> list[FindingEpisode]:
         """Every episode of one workload, oldest first."""

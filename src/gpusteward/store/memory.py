@@ -184,7 +184,7 @@ class MemoryStore(MemoryJournal, MemoryControls):
             if e.ended_at is None and (e.finding.workload_id, e.finding.rule) in ending:
                 e.ended_at = at
 
-    def flush_episodes(self) -> None:
+    def flush_kept(self) -> None:
         """Nothing waits: every refresh is stored at once."""
 
     def reread(self) -> None:
