@@ -14,8 +14,7 @@ import itertools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from operator import attrgetter, itemgetter
-from typing import cast
+from operator import attrgetter, is_not, itemgetter
 
 import numpy as np
 
@@ -35,7 +34,9 @@ UNKNOWN_MODEL = "unknown"
 _SAMPLE_FIELDS = attrgetter("gpu_uuid", "at", "gpu_util_pct", "power_w")
 #: A GPU's price entry: the Gpu priced, its (model, rate) number, its price per GPU-hour.
 _Priced = tuple[Gpu | None, int, float]
-_KIND, _PRICE = itemgetter(1), itemgetter(2)
+_GPU, _KIND, _PRICE = itemgetter(0), itemgetter(1), itemgetter(2)
+#: No entry yet: its Gpu is never the one known (a fresh object), so it is priced.
+_UNPRICED: _Priced = (Gpu("-", "-", -1, "-", 0), -1, 0.0)
 _UTIL, _POWER = itemgetter(0), itemgetter(1)
 # Showback amounts in a pending list, in ShowbackAmounts' field order.
 HELD, USED, WASTED, RECLAIMED, SPEND, KWH, POWER_COST = range(7)
@@ -195,12 +196,14 @@ class ShowbackPending:
         time (a GPU is the same object while it is unchanged)."""
         priced = self._priced_by(rates)
         known = list(map(gpus.get, uuids))
-        hits = list(map(priced.get, uuids))
-        for i in [i for i, (h, g) in enumerate(zip(hits, known, strict=True)) if h is None or h[0] is not g]:
+        hits = list(map(priced.get, uuids, itertools.repeat(_UNPRICED)))
+        # Where the entry's Gpu is not the one known now (or there is none): C loops, not a
+        # Python step per GPU.
+        for i in list(itertools.compress(range(len(uuids)), map(is_not, map(_GPU, hits), known))):
             model, rate, price = self._price_of(known[i], rates)
             kind = self._kinds.setdefault((model, rate), len(self._kinds))
             hits[i] = priced[uuids[i]] = (known[i], kind, price)
-        return cast(list[_Priced], hits)  # every None was replaced
+        return hits
 
     def _priced_by(self, rates: NodeRates) -> dict[str, _Priced]:
         """The price entries by GPU uuid, kept while the nodes' rates are the same maps."""
