@@ -11,7 +11,6 @@ workload objects come in the same order), so a tick costs a look-up per GPU and 
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -79,11 +78,6 @@ class _Placed:
     position: dict[str, int]  # workload id -> its position in the layout
 
 
-#: A GPU's (utilisation, power) when it has no fresh use this tick, and how utilisation is read.
-_NO_USE: tuple[float, float | None] = (0.0, None)
-_UTIL = operator.itemgetter(0)
-
-
 class UsagePending:
     """Each workload's use per day not yet in the database."""
 
@@ -103,13 +97,10 @@ class UsagePending:
         workload id -> GPUs an over-provisioning advice names idle this tick."""
         placed = self._place(day, workloads)
         layout = placed.layout
-        # C loops (map), not a Python step per GPU; a GPU without fresh use reads 0 %.
         got = list(map(use.get, layout.uuids))
         n, k = len(got), len(layout.workloads)
-        present = np.fromiter(map(operator.is_not, got, itertools.repeat(None)), np.bool_, n).astype(
-            np.float64
-        )
-        util = np.fromiter(map(_UTIL, map(use.get, layout.uuids, itertools.repeat(_NO_USE))), np.float64, n)
+        present = np.fromiter((g is not None for g in got), np.float64, n)
+        util = np.fromiter((0.0 if g is None else g[0] for g in got), np.float64, n)
         # bincount adds each workload's GPUs in order, as a Python sum would: the same figures.
         count = np.bincount(layout.group, present, minlength=k)
         total = np.bincount(layout.group, util, minlength=k)
