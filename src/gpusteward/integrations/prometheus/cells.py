@@ -146,15 +146,11 @@ def _cells(key: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], IntArray]
 
 def _newest(cell: IntArray, t: FloatArray, names: BoolArray, n: int) -> IntArray:
     """Per cell, the point that names its holder: the newest; at a tie, one whose series names
-    a holder over one that does not, then the series filed last (points come in the order
-    their series were filed). Maxima per cell (``ufunc.at``) rather than a sort of every point."""
-    newest = np.full(n, -np.inf)
-    np.maximum.at(newest, cell, t)
-    tied = np.flatnonzero(t == newest[cell])
-    # Among the newest: a series naming a holder first, then the point filed last.
-    best = np.full(n, -1, dtype=np.int64)
-    np.maximum.at(best, cell[tied], names[tied].astype(np.int64) * cell.size + tied)
-    return (best % cell.size).astype(np.intp)
+    a holder over one that does not, then the series filed last."""
+    # Points come in the order their series were filed and lexsort is stable: the series
+    # filed last is last among equals without being a key of its own.
+    order = np.lexsort((names, t, cell))
+    return order[_last_of(cell[order], n)]
 
 
 def _values(
@@ -171,18 +167,11 @@ def _values(
     read = np.flatnonzero(np.bincount(field[valid], minlength=len(fields))).tolist()
     cols = {fields[k]: np.full(n, np.nan) for k in read}
     if valid.size:
-        # The newest per (cell, field); at a tie the point filed last: maxima per group.
-        # Groups over the fields read only (most fields of the specs are absent from a tick).
-        dense = np.full(len(fields), -1, dtype=np.intp)
-        dense[read] = np.arange(len(read))
-        group = cell[valid] * len(read) + dense[field[valid]]
-        tv = t[valid]
-        newest = np.full(n * len(read), -np.inf)
-        np.maximum.at(newest, group, tv)
-        tied = np.flatnonzero(tv == newest[group])
-        pick = np.full(n * len(read), -1, dtype=np.intp)
-        np.maximum.at(pick, group[tied], tied)
-        last = valid[pick[pick >= 0]]  # by group: by cell, then field
+        # The newest per (cell, field); at a tie the point filed last (sorts are stable).
+        group = cell[valid] * len(fields) + field[valid]
+        order = np.lexsort((t[valid], group))
+        ends = np.flatnonzero(np.append(group[order][1:] != group[order][:-1], True))
+        last = valid[order[ends]]
         for k in read:
             mine = last[field[last] == k]
             cols[fields[k]][cell[mine]] = v[mine]
@@ -199,3 +188,11 @@ def _mem_totals(cols: Mapping[str, FloatArray], n: int) -> FloatArray:
     used, reserved = cols.get(Metric.MEM_USED.value, nan), cols.get(MEM_RESERVED, nan)
     parts = used + (nan if free is None else free) + np.where(np.isnan(reserved), 0.0, reserved)
     return parts if total is None else np.where(np.isnan(total), parts, total)
+
+
+def _last_of(sorted_groups: IntArray, n: int) -> IntArray:
+    """The index of the last element of each of the ``n`` groups 0..n-1 in ``sorted_groups``
+    (grouped, every group present)."""
+    ends = np.flatnonzero(np.append(sorted_groups[1:] != sorted_groups[:-1], True))
+    assert ends.size == n
+    return ends
