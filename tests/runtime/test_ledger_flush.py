@@ -138,3 +138,33 @@ def test_the_loop_writes_what_waits_when_it_stops(make_steward: MakeSteward, tmp
     rows = LedgerStore(steward.store).usage(day - timedelta(days=1), day + timedelta(days=1))
     assert rows  # written at the first tick (no use yet) and when the loop stopped
     assert sum(r.amounts.held_gpu_hours for r in rows) > 0
+
+
+def test_the_loop_stops_with_the_leaders_episodes_and_ladders_written_even_if_the_ledger_fails(
+    make_steward: MakeSteward, tmp_path: Path
+) -> None:
+    settings = small_settings(tmp_path / "s.db", tick_seconds=60)
+    steward, _, clock, _ = make_steward(settings)
+    reader = StateStore(settings.store.url)  # another process: the web, a CLI
+    for _ in range(33):
+        steward.tick()
+        last = clock.now()
+        clock.advance(60)
+    mine = steward.store.open_findings()
+    assert mine
+    assert {e.last_seen_at for e in mine} == {last}
+    assert {e.last_seen_at for e in reader.open_findings()} != {last}  # refreshes wait in memory
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("disk full")
+
+    assert steward.ledger is not None
+    steward.ledger.flush = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        steward.settle()
+    assert reader.open_findings() == steward.store.open_findings()
+    ladders = reader.load_ladders(steward.dry_run)
+    assert ladders
+    assert ladders == steward.store.load_ladders(steward.dry_run)
+    assert {s.last_seen_at for s in ladders.values()} == {last}
+    reader.close()

@@ -346,11 +346,15 @@ class Steward:
         return leading
 
     def settle(self) -> None:
-        """Write what waits in memory (the ledger's amounts) if this replica leads: the loop stops."""
-        if self._leading:
+        """Write what waits in memory if this replica leads (the loop stops): the ledger's amounts,
+        then the open episodes' and ladders' latest, even if the ledger's write failed."""
+        if not self._leading:
+            return
+        try:
+            if self.ledger is not None:
+                self.ledger.flush(self.clock.now())
+        finally:
             self.store.flush_kept()
-        if self._leading and self.ledger is not None:
-            self.ledger.flush(self.clock.now())
 
     def _reconcile(
         self, analysis: AnalysisResult, workloads: Mapping[str, Workload], wasting: set[str]

@@ -155,31 +155,33 @@ class OpenEpisodes:
 
     def newest(self, stored: list[FindingEpisode]) -> list[FindingEpisode]:
         """``stored`` (as read from the table), each open episode with the refresh waiting for it."""
-        if not self._open:
+        open_ = self._open
+        if not open_:
             return stored
-        waiting = {e.id: e for e in self._open.values() if e.waiting is not None}
+        # A copy first (one C call): the web reads on its own threads while the tick adds episodes.
+        waiting = {e.id: e for e in list(open_.values()) if e.waiting is not None}
         return [self._fresher(ep, waiting.get(ep.id)) if ep.ended_at is None else ep for ep in stored]
 
     @staticmethod
     def _fresher(ep: FindingEpisode, e: _Open | None) -> FindingEpisode:
-        if e is None or e.waiting is None:
+        f, seen, minutes = (None, None, 0.0) if e is None else (e.waiting, e.last_seen_at, e.wasted_minutes)
+        if f is None or seen is None:
             return ep
-        f = e.waiting
         # As the table gives it back: JSON has no NaN or infinity, and a null reads NaN.
         evidence = {
             outer: {k: v if math.isfinite(v) else math.nan for k, v in values.items()}
             for outer, values in f.evidence.items()
         }
-        waste = episode_waste(f, e.wasted_minutes)
+        waste = episode_waste(f, minutes)
         finding = replace(
             f,
-            at=e.last_seen_at,
+            at=seen,
             evidence=evidence,
             wasted_minutes=waste["wasted_minutes"],
             wasted_gpu_hours=waste["wasted_gpu_hours"],
             wasted_cost=waste["wasted_cost"],
         )
-        return replace(ep, finding=finding, last_seen_at=e.last_seen_at)
+        return replace(ep, finding=finding, last_seen_at=seen)
 
     def flush(self, conn: Connection) -> None:
         """Write every refresh still waiting (the loop stops)."""
