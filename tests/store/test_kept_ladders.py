@@ -20,8 +20,11 @@ T0 = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 TICK = timedelta(seconds=30)
 
 
-@pytest.fixture
-def url(tmp_path: Path) -> str:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database two stores can open: a SQLite file, or the machine's PostgreSQL."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("pg_url"))
     return f"sqlite:///{tmp_path / 'state.db'}"
 
 

@@ -44,8 +44,11 @@ def finding(
     )
 
 
-@pytest.fixture
-def url(tmp_path: Path) -> str:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database two stores can open: a SQLite file, or the machine's PostgreSQL."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("pg_url"))
     return f"sqlite:///{tmp_path / 'state.db'}"
 
 
