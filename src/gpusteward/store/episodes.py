@@ -4,7 +4,8 @@ its waste ends, refreshed with the latest finding.
 A fleet with a thousand wasting workloads sees a thousand open episodes a tick. The leader keeps
 them in memory (``OpenEpisodes``): which are open, their ids, their waste so far. Only the
 leader writes episodes, so after the first read that memory is the table's open rows; it is read
-again on demand (``forget``) when leadership changes hands or a write fails.
+again on demand (``forget``) when leadership changes hands or any of the store's transactions
+fails (a waiting refresh is then dropped: the waste goes on from the last one written).
 
 An episode opens and ends in the database at once. Its refresh (latest evidence, message, waste,
 ``last_seen_at``) is written when it is ``every`` old, as a workload's ``last_seen_at`` is, and

@@ -6,7 +6,7 @@ wasting workloads would write and read a thousand ladders a tick. The store that
 answered from memory, and a ladder is written when anything but ``last_seen_at`` changed, or
 when the stored ``last_seen_at`` is ``every`` old (nothing decides by it: it tells a reader how
 recently the ladder was climbed). It reads the table again (``forget``) when leadership changes
-hands or a write fails.
+hands or any of the store's transactions fails.
 
 The save is one upsert compiled once (``Bulk``) and given plain tuples; its times, mostly the
 same few (the tick, the ticks the episodes began), are turned into the driver's values once per
