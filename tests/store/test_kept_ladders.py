@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import event
@@ -20,16 +19,8 @@ T0 = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 TICK = timedelta(seconds=30)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database two stores can open: a SQLite file, or the machine's PostgreSQL."""
-    if request.param == "postgresql":
-        return str(request.getfixturevalue("pg_url"))
-    return f"sqlite:///{tmp_path / 'state.db'}"
-
-
-def test_a_waiting_ladder_is_written_every_seen_every_and_a_step_at_once(url: str) -> None:
-    leader, reader = StateStore(url), StateStore(url)
+def test_a_waiting_ladder_is_written_every_seen_every_and_a_step_at_once(db_url: str) -> None:
+    leader, reader = StateStore(db_url), StateStore(db_url)
     leader.create_schema()
     state = LadderState("w1", "1", "idle", T0, T0)
     ticks = int(SEEN_EVERY / TICK)
@@ -54,8 +45,8 @@ def test_a_waiting_ladder_is_written_every_seen_every_and_a_step_at_once(url: st
     reader.close()
 
 
-def test_another_leader_and_a_failed_write_are_read_again(url: str) -> None:
-    a, b = StateStore(url), StateStore(url)
+def test_another_leader_and_a_failed_write_are_read_again(db_url: str) -> None:
+    a, b = StateStore(db_url), StateStore(db_url)
     a.create_schema()
     mine = LadderState("w1", "1", "idle", T0, T0)
     a.update_ladders([mine], (), dry_run=False)

@@ -44,20 +44,12 @@ def finding(
     )
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database two stores can open: a SQLite file, or the machine's PostgreSQL."""
-    if request.param == "postgresql":
-        return str(request.getfixturevalue("pg_url"))
-    return f"sqlite:///{tmp_path / 'state.db'}"
-
-
 @pytest.fixture
-def pair(url: str) -> Iterator[tuple[StateStore, StateStore]]:
+def pair(db_url: str) -> Iterator[tuple[StateStore, StateStore]]:
     """The leader's store, and another process' view of the same database (the web, a CLI)."""
-    leader = StateStore(url)
+    leader = StateStore(db_url)
     leader.create_schema()
-    reader = StateStore(url)
+    reader = StateStore(db_url)
     yield leader, reader
     leader.close()
     reader.close()
@@ -107,13 +99,13 @@ def test_an_episode_ends_and_the_loop_stops_with_its_last_refresh_written(
     assert reader.findings_for("job-2")[0].last_seen_at == T0 + 2 * TICK
 
 
-def test_a_restart_goes_on_from_the_last_refresh_written_and_never_counts_less(url: str) -> None:
-    first = StateStore(url)
+def test_a_restart_goes_on_from_the_last_refresh_written_and_never_counts_less(db_url: str) -> None:
+    first = StateStore(db_url)
     first.create_schema()
     for k in range(4):  # written at T0 only: the crash loses three refreshes
         first.record_findings([finding()], T0 + k * TICK)
     first.close()  # no flush: a crash
-    again = StateStore(url)
+    again = StateStore(db_url)
     again.record_findings([finding()], T0 + 4 * TICK)
     (ep,) = again.findings_for("job-1")
     # The stored 30 minutes at T0, plus the 2 minutes since: as if every tick had been written.
@@ -121,8 +113,8 @@ def test_a_restart_goes_on_from_the_last_refresh_written_and_never_counts_less(u
     again.close()
 
 
-def test_a_new_leader_reads_what_the_other_replica_wrote(url: str) -> None:
-    a, b = StateStore(url), StateStore(url)
+def test_a_new_leader_reads_what_the_other_replica_wrote(db_url: str) -> None:
+    a, b = StateStore(db_url), StateStore(db_url)
     a.create_schema()
     a.record_findings([finding()], T0)
     b.close_findings([("job-1", "idle-gpu")], T0 + TICK)  # b led meanwhile, and the waste ended
