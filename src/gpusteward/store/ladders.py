@@ -140,12 +140,13 @@ class KeptLadders:
         if now is None or stored is None:  # not read since the last forget: write them all
             save(conn, states, gone, dry_run=dry_run)
             return
-        due = [s for s in map(_as_read, states) if self._due(s, stored.get(s.workload_id))]
+        read = list(map(_as_read, states))
+        due = [s for s in read if self._due(s, stored.get(s.workload_id))]
         save(conn, due, gone, dry_run=dry_run)
         for wid in gone:
             now.pop(wid, None)
             stored.pop(wid, None)
-        now.update((s.workload_id, _as_read(s)) for s in states)
+        now.update((s.workload_id, s) for s in read)
         stored.update((s.workload_id, s) for s in due)
 
     def _due(self, s: LadderState, stored: LadderState | None) -> bool:

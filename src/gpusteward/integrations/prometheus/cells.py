@@ -175,7 +175,7 @@ def _values(
         for k in read:
             mine = last[field[last] == k]
             cols[fields[k]][cell[mine]] = v[mine]
-    return {f: c for f, c in cols.items() if not np.isnan(c).all()}, at
+    return cols, at  # a field read has a valid point: each column has a value
 
 
 def _mem_totals(cols: Mapping[str, FloatArray], n: int) -> FloatArray:
