@@ -2,10 +2,10 @@
 
 The upb runtime hands over each series as its encoded bytes (``WriteRequestFlat``). numpy then
 walks the fields of every series at once, one field per step: the leading ``labels`` fields
-(tag 0x0A) are the series' key, kept encoded, and the ``samples`` fields (tag 0x12) are cut out
-and parsed together by upb as one ``SampleColumns``. What the walk does not expect (a label after
-a sample, a tag over one byte, a Sample encoded in another field order) sends the request down
-the plain path instead: upb's objects, one series at a time. Both give the same ``Request``.
+(tag 0x0A) are the series' key, kept encoded, and the ``samples`` fields (tag 0x12) are read
+in place, every sample's value and timestamp at once. What the walk does not expect (a label
+after a sample, a tag over one byte, a Sample encoded in another field order) sends the request
+down the plain path instead: upb's objects, one series at a time. Both give the same ``Request``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ Bytes = npt.NDArray[np.uint8]
 _LABEL, _SAMPLE = 0x0A, 0x12  # fields 1 and 2, length-delimited
 _VALUE_TAG, _TIME_TAG = 0x09, 0x10  # a Sample's value (fixed64) and timestamp (varint)
 _PAD = 16  # zero bytes after the buffer: a varint read may look past a field's end
+_VALUE_BYTES = np.arange(1, 9)  # a fixed64 value after its tag
 
 
 class Malformed(ValueError):
@@ -50,14 +51,14 @@ def columns(raw: bytes, pb: ModuleType) -> Request:
     except Exception as e:  # google.protobuf.message.DecodeError
         raise Malformed(f"not a prometheus.WriteRequest: {e}") from e
     try:
-        return _walk(series, pb)
+        return _walk(series)
     except _Unexpected:
         return _plain(raw, pb)
 
 
-def _walk(series: list[bytes], pb: ModuleType) -> Request:
-    joined = b"".join(series)
-    buf = np.frombuffer(joined + b"\0" * _PAD, dtype=np.uint8)
+def _walk(series: list[bytes]) -> Request:
+    joined = b"".join([*series, b"\0" * _PAD])
+    buf = np.frombuffer(joined, dtype=np.uint8)
     sizes = np.fromiter(map(len, series), dtype=np.intp, count=len(series))
     ends = np.cumsum(sizes)
     starts = ends - sizes
@@ -65,7 +66,7 @@ def _walk(series: list[bytes], pb: ModuleType) -> Request:
     owner, at, size = _samples(buf, labels_end, ends)
     keys = [joined[a:b] for a, b in zip(starts.tolist(), labels_end.tolist(), strict=True)]
     counts = np.bincount(owner, minlength=len(series)).astype(np.intp)
-    t_ms, values = _sample_columns(buf, at, size, pb)
+    t_ms, values = _sample_columns(buf, at, size)
     return Request(keys, counts, t_ms, values)
 
 
@@ -76,18 +77,22 @@ def _labels_end(buf: Bytes, starts: IntArray, ends: IntArray) -> IntArray:
     while live.size:
         at = pos[live]
         label = buf[at] == _LABEL
-        live, at = live[label], at[label]
-        if not live.size:
-            break
-        size = buf[at + 1].astype(np.intp)
+        if not label.all():  # most series have as many labels as the others: none to drop
+            live, at = live[label], at[label]
+            if not live.size:
+                break
+        end = ends[live]
+        size = buf[at + 1]
         if (size < 0x80).all():  # the common case: a label under 128 bytes, a one-byte length
             nxt = at + 2 + size
-            if (nxt > ends[live]).any():
+            if (nxt > end).any():
                 raise Malformed("a field runs past the end of its series")
         else:
-            nxt = _next_field(buf, at, ends[live])[1]
+            nxt = _next_field(buf, at, end)[1]
         pos[live] = nxt
-        live = live[nxt < ends[live]]
+        going = nxt < end
+        if not going.all():
+            live = live[going]
     return pos
 
 
@@ -159,30 +164,28 @@ def _varint(buf: Bytes, pos: IntArray) -> tuple[npt.NDArray[np.uint64], IntArray
 
 
 def _sample_columns(
-    buf: Bytes, at: IntArray, size: IntArray, pb: ModuleType
+    buf: Bytes, at: IntArray, size: IntArray
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """The samples' timestamps and values. Their payloads one after another parse as one
-    ``SampleColumns``; a Sample leaves out a 0 value (9 bytes) or timestamp, so its first bytes
-    say which it has, and its size must then be exactly what those take."""
+    """The samples' timestamps and values, read straight from their payloads. A Sample as the
+    senders encode it is its value (tag 0x09 and 8 bytes, left out when 0) then its timestamp
+    (tag 0x10 and a varint, left out when 0); its size must be exactly what those take. Any
+    other encoding (fields reversed or repeated, an unknown field) is for upb (``_plain``)."""
     n = at.size
-    offsets = np.cumsum(size) - size
-    content = buf[np.repeat(at - offsets, size) + np.arange(int(size.sum()))].tobytes()
-    try:
-        cols = pb.SampleColumns.FromString(content)
-    except Exception as e:
-        raise Malformed(f"not a prometheus.Sample: {e}") from e
     has_value = (size > 0) & (buf[at] == _VALUE_TAG)
-    has_time = (size > 9 * has_value) & (buf[at + 9 * has_value] == _TIME_TAG)
-    if len(cols.value) != has_value.sum() or len(cols.timestamp) != has_time.sum():
-        raise _Unexpected
-    values = np.zeros(n, dtype=np.float64)
-    times = np.zeros(n, dtype=np.int64)
-    values[has_value] = cols.value
-    times[has_time] = cols.timestamp
+    time_at = at + 9 * has_value
+    has_time = (size > 9 * has_value) & (buf[time_at] == _TIME_TAG)
     expected = 9 * has_value
-    expected[has_time] += 1 + _varint(buf, at[has_time] + expected[has_time] + 1)[1]
+    times = np.zeros(n, dtype=np.int64)
+    if has_time.any():
+        stamp, took = _varint(buf, time_at[has_time] + 1)
+        expected[has_time] += 1 + took
+        times[has_time] = stamp.view(np.int64)  # an int64 is its two's complement on the wire
     if (size != expected).any():
         raise _Unexpected
+    values = np.zeros(n, dtype=np.float64)
+    if has_value.any():
+        payload = buf[at[has_value, None] + _VALUE_BYTES]  # fixed64, little-endian
+        values[has_value] = np.ascontiguousarray(payload).view("<f8").reshape(-1)
     return times, values
 
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from gpusteward.integrations.prometheus.remote_write.proto import types_pb2 as gpusteward_dot_integrations_dot_prometheus_dot_remote__write_dot_proto_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\nBgpusteward/integrations/prometheus/remote_write/proto/remote.proto\x12\nprometheus\x1a\x41gpusteward/integrations/prometheus/remote_write/proto/types.proto\"@\n\x0cWriteRequest\x12*\n\ntimeseries\x18\x01 \x03(\x0b\x32\x16.prometheus.TimeSeriesJ\x04\x08\x02\x10\x03\"F\n\x0fWriteRequestRaw\x12-\n\ntimeseries\x18\x01 \x03(\x0b\x32\x19.prometheus.TimeSeriesRawJ\x04\x08\x02\x10\x03\"0\n\rTimeSeriesRaw\x12\x0e\n\x06labels\x18\x01 \x03(\x0c\x12\x0f\n\x07samples\x18\x02 \x03(\x0c\",\n\x10WriteRequestFlat\x12\x12\n\ntimeseries\x18\x01 \x03(\x0cJ\x04\x08\x02\x10\x03\"1\n\rSampleColumns\x12\r\n\x05value\x18\x01 \x03(\x01\x12\x11\n\ttimestamp\x18\x02 \x03(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\nBgpusteward/integrations/prometheus/remote_write/proto/remote.proto\x12\nprometheus\x1a\x41gpusteward/integrations/prometheus/remote_write/proto/types.proto\"@\n\x0cWriteRequest\x12*\n\ntimeseries\x18\x01 \x03(\x0b\x32\x16.prometheus.TimeSeriesJ\x04\x08\x02\x10\x03\"F\n\x0fWriteRequestRaw\x12-\n\ntimeseries\x18\x01 \x03(\x0b\x32\x19.prometheus.TimeSeriesRawJ\x04\x08\x02\x10\x03\"0\n\rTimeSeriesRaw\x12\x0e\n\x06labels\x18\x01 \x03(\x0c\x12\x0f\n\x07samples\x18\x02 \x03(\x0c\",\n\x10WriteRequestFlat\x12\x12\n\ntimeseries\x18\x01 \x03(\x0cJ\x04\x08\x02\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,6 +40,4 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TIMESERIESRAW']._serialized_end=335
   _globals['_WRITEREQUESTFLAT']._serialized_start=337
   _globals['_WRITEREQUESTFLAT']._serialized_end=381
-  _globals['_SAMPLECOLUMNS']._serialized_start=383
-  _globals['_SAMPLECOLUMNS']._serialized_end=432
 # @@protoc_insertion_point(module_scope)

@@ -33,11 +33,3 @@ class WriteRequestFlat(_message.Message):
     TIMESERIES_FIELD_NUMBER: _ClassVar[int]
     timeseries: _containers.RepeatedScalarFieldContainer[bytes]
     def __init__(self, timeseries: _Optional[_Iterable[bytes]] = ...) -> None: ...
-
-class SampleColumns(_message.Message):
-    __slots__ = ("value", "timestamp")
-    VALUE_FIELD_NUMBER: _ClassVar[int]
-    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
-    value: _containers.RepeatedScalarFieldContainer[float]
-    timestamp: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, value: _Optional[_Iterable[float]] = ..., timestamp: _Optional[_Iterable[int]] = ...) -> None: ...
