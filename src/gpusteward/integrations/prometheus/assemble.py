@@ -238,7 +238,7 @@ class Assembler(GpuView):
             fields,
             Numbering.of(uuids),
             np.array([u in dropped for u in uuids], dtype=np.bool_),
-            lambda sids: [series_holder[i] for i in sids.tolist()],
+            lambda sids: list(map(series_holder.__getitem__, sids.tolist())),
             self.interval_s,
         )
         mem_total = self.mem_total

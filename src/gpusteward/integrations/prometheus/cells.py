@@ -115,9 +115,13 @@ def fold(
     cell_slot = (keys // g).tolist()
     bounds = [0, *(np.flatnonzero(np.diff(cell_slot)) + 1).tolist(), keys.size]
     for lo, hi in itertools.pairwise(bounds):
-        rows = lo + np.flatnonzero(sampled[lo:hi])
+        if sampled[lo:hi].all():  # every cell a sample: the uuids as they are
+            rows, uuids = np.arange(lo, hi), cell_uuid[lo:hi]
+        else:
+            rows = lo + np.flatnonzero(sampled[lo:hi])
+            uuids = list(map(cell_uuid.__getitem__, rows.tolist()))
         table = SampleTable(
-            [cell_uuid[i] for i in rows.tolist()],
+            uuids,
             at[rows],
             {k: v[rows] for k, v in columns.items() if not np.isnan(v[rows]).all()},
         )
@@ -146,11 +150,9 @@ def _cells(key: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], IntArray]
 
 def _newest(cell: IntArray, t: FloatArray, names: BoolArray, n: int) -> IntArray:
     """Per cell, the point that names its holder: the newest; at a tie, one whose series names
-    a holder over one that does not, then the series filed last."""
-    # Points come in the order their series were filed and lexsort is stable: the series
-    # filed last is last among equals without being a key of its own.
-    order = np.lexsort((names, t, cell))
-    return order[_last_of(cell[order], n)]
+    a holder over one that does not, then the series filed last (points come in the order their
+    series were filed)."""
+    return _last_newest(cell, t, names, n)
 
 
 def _values(
@@ -164,18 +166,31 @@ def _values(
     valid = np.flatnonzero((field >= 0) & ~np.isnan(v))
     at = np.full(n, -np.inf)
     np.maximum.at(at, cell[valid], t[valid])
-    read = np.flatnonzero(np.bincount(field[valid], minlength=len(fields))).tolist()
-    cols = {fields[k]: np.full(n, np.nan) for k in read}
+    read = np.flatnonzero(np.bincount(field[valid], minlength=len(fields)))
+    cols = {}
     if valid.size:
-        # The newest per (cell, field); at a tie the point filed last (sorts are stable).
-        group = cell[valid] * len(fields) + field[valid]
-        order = np.lexsort((t[valid], group))
-        ends = np.flatnonzero(np.append(group[order][1:] != group[order][:-1], True))
-        last = valid[order[ends]]
-        for k in read:
-            mine = last[field[last] == k]
-            cols[fields[k]][cell[mine]] = v[mine]
+        # The newest per (cell, field read); at a tie the point filed last.
+        column = np.full(len(fields), -1, dtype=np.intp)
+        column[read] = np.arange(read.size)
+        group = cell[valid] * read.size + column[field[valid]]
+        newest = _last_newest(group, t[valid], None, n * read.size).reshape(n, read.size)
+        for j, k in enumerate(read.tolist()):
+            point, has = newest[:, j], newest[:, j] >= 0
+            cols[fields[k]] = np.full(n, np.nan)
+            cols[fields[k]][has] = v[valid[point[has]]]
     return cols, at  # a field read has a valid point: each column has a value
+
+
+def _last_newest(group: IntArray, t: FloatArray, first: BoolArray | None, n: int) -> IntArray:
+    """Per group 0..n-1, the index of its newest point; at a tie, one where ``first`` holds,
+    then the last (-1: a group with no point). Two maxima per group instead of a sort."""
+    newest = np.full(n, -np.inf)
+    np.maximum.at(newest, group, t)
+    tied = np.flatnonzero(t == newest[group])
+    rank = tied if first is None else tied + first[tied] * t.size  # larger wins
+    best = np.full(n, -1, dtype=np.intp)
+    np.maximum.at(best, group[tied], rank)
+    return np.where(best >= t.size, best - t.size, best)
 
 
 def _mem_totals(cols: Mapping[str, FloatArray], n: int) -> FloatArray:
@@ -188,11 +203,3 @@ def _mem_totals(cols: Mapping[str, FloatArray], n: int) -> FloatArray:
     used, reserved = cols.get(Metric.MEM_USED.value, nan), cols.get(MEM_RESERVED, nan)
     parts = used + (nan if free is None else free) + np.where(np.isnan(reserved), 0.0, reserved)
     return parts if total is None else np.where(np.isnan(total), parts, total)
-
-
-def _last_of(sorted_groups: IntArray, n: int) -> IntArray:
-    """The index of the last element of each of the ``n`` groups 0..n-1 in ``sorted_groups``
-    (grouped, every group present)."""
-    ends = np.flatnonzero(np.append(sorted_groups[1:] != sorted_groups[:-1], True))
-    assert ends.size == n
-    return ends

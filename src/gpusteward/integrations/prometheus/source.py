@@ -14,6 +14,7 @@ further. When some shards fail the tick goes on with the others; their GPUs go s
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import operator
@@ -52,6 +53,7 @@ from gpusteward.integrations.prometheus.workloads import build_workloads
 log = logging.getLogger(__name__)
 
 MAX_SHARDS = 256
+_ABSENT = object()  # a GPU with no holder known yet, not even None
 #: Assumed scrape interval when sizing queries (dcgm-exporter's default is 30 s; be safe).
 SCRAPE_GUESS_S = 10.0
 
@@ -207,11 +209,13 @@ class PrometheusSource:
         if start_s >= self._holders_upto:  # slots come in time order: newer than every one kept
             known, started = self._holders, self._started
             # The cached identities hand back the same Holder object: `is` settles most.
-            olds, news = list(map(known.get, holders)), holders.values()
-            changed = any(map(operator.is_not, olds, news)) and any(
-                o != h for o, h in zip(olds, news, strict=True) if o is not h
+            olds, news = list(map(known.get, holders, itertools.repeat(_ABSENT))), holders.values()
+            replaced = any(map(operator.is_not, olds, news))
+            changed = replaced and any(
+                (None if o is _ABSENT else o) != h for o, h in zip(olds, news, strict=True) if o is not h
             )
-            known.update(holders)
+            if replaced:  # else every GPU has the very same holder already
+                known.update(holders)
             self._holder_at.update(dict.fromkeys(holders, start_s))
             self._holders_upto = start_s
             # Every holder it had already was started when it came: only a change brings new ones.

@@ -103,7 +103,7 @@ class Fold(GpuView):
             self._fields,
             self._numbering,
             dropped,
-            lambda sids: [holder[r] for r in nums[sids].tolist()],
+            lambda sids: list(map(holder.__getitem__, nums[sids].tolist())),
             self.interval_s,
         )
         self._hand_over(seen, idents, dropped, mem_gpus, totals)
