@@ -91,6 +91,9 @@ def totals(state: StateStore, **filters: str) -> dict[str, float]:
 def test_split_days() -> None:
     assert split_days(T0, T0 + timedelta(hours=3)) == [("2025-03-04", 2.0), ("2025-03-05", 1.0)]
     assert split_days(T0, T0) == []
+    assert split_days(T0, T0 + timedelta(minutes=30)) == [("2025-03-04", 0.5)]  # within a day
+    assert split_days(T0, T0 + timedelta(hours=2)) == [("2025-03-04", 2.0)]  # up to its midnight
+    assert split_days(T0 + timedelta(hours=1), T0) == []
 
 
 def test_waste_counts_each_gpu_once_from_where_it_began(state: StateStore) -> None:

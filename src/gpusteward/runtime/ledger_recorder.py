@@ -77,6 +77,8 @@ class RecorderStore(WorkloadBook, HasLedger, Protocol):
 
 def split_days(start: datetime, end: datetime) -> list[tuple[str, float]]:
     """Hours of [start, end) in each UTC day, as (YYYY-MM-DD, hours)."""
+    if start < end and start.date() == end.date():  # within a day (nearly every tick's span)
+        return [(start.date().isoformat(), (end - start).total_seconds() / 3600)]
     out = []
     t = start
     while t < end:

@@ -260,8 +260,8 @@ def _table_use(table: SampleTable, prev: datetime) -> dict[str, tuple[float, flo
     if len(set(uuids)) == len(uuids):  # one sample per GPU since the last tick: the common case
         watts = [None if w != w else w for w in power.tolist()]
         return dict(zip(uuids, zip(used.tolist(), watts, strict=True), strict=True))
-    first: dict[str, int] = {}
-    codes = np.fromiter((first.setdefault(u, len(first)) for u in uuids), np.intp, len(uuids))
+    first = dict(zip(dict.fromkeys(uuids), itertools.count()))  # each GPU's number, as first seen
+    codes = np.fromiter(map(first.__getitem__, uuids), np.intp, len(uuids))
     # np.bincount adds in row order, as _means does: the same sums to the last bit.
     n = len(first)
     measured = ~np.isnan(power)

@@ -11,6 +11,7 @@ workload objects come in the same order), so a tick costs a look-up per GPU and 
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,9 @@ ObjArray = npt.NDArray[np.object_]
 REQUESTED, HELD, IDLE = range(3)
 # The hours: held and busy (utilisation-weighted).
 HELD_H, BUSY_H = range(2)
+#: A GPU without a fresh sample: no use (told apart by identity), 0 % where it is summed.
+_NO_USE: tuple[float, float | None] = (0.0, None)
+_UTIL = operator.itemgetter(0)
 
 
 class _Day:
@@ -97,10 +101,10 @@ class UsagePending:
         workload id -> GPUs an over-provisioning advice names idle this tick."""
         placed = self._place(day, workloads)
         layout = placed.layout
-        got = list(map(use.get, layout.uuids))
+        got = list(map(use.get, layout.uuids, itertools.repeat(_NO_USE)))
         n, k = len(got), len(layout.workloads)
-        present = np.fromiter((g is not None for g in got), np.float64, n)
-        util = np.fromiter((0.0 if g is None else g[0] for g in got), np.float64, n)
+        present = np.fromiter(map(operator.is_not, got, itertools.repeat(_NO_USE)), np.float64, n)
+        util = np.fromiter(map(_UTIL, got), np.float64, n)
         # bincount adds each workload's GPUs in order, as a Python sum would: the same figures.
         count = np.bincount(layout.group, present, minlength=k)
         total = np.bincount(layout.group, util, minlength=k)
