@@ -253,15 +253,21 @@ def _table_use(table: SampleTable, prev: datetime) -> dict[str, tuple[float, flo
     if util is None:
         return {}
     rows = np.flatnonzero(~np.isnan(util) & table.newer_than(prev))
-    uuids = list(map(table.uuids.__getitem__, rows.tolist()))
+    every = rows.size == len(table.uuids)  # no row left out: the uuids as they are
+    uuids = list(table.uuids) if every else list(map(table.uuids.__getitem__, rows.tolist()))
     used = np.clip(util[rows].astype(np.float64), 0.0, 100.0)
     col = table.column("power_w")
     power = np.full(rows.size, np.nan) if col is None else col[rows].astype(np.float64)
-    if len(set(uuids)) == len(uuids):  # one sample per GPU since the last tick: the common case
+    # Each row's GPU as the row it was first seen at (C loops).
+    first: dict[str, int] = {}
+    at_first = np.fromiter(map(first.setdefault, uuids, itertools.count()), np.intp, len(uuids))
+    if len(first) == len(uuids):  # one sample per GPU since the last tick
         watts = [None if w != w else w for w in power.tolist()]
         return dict(zip(uuids, zip(used.tolist(), watts, strict=True), strict=True))
-    first = dict(zip(dict.fromkeys(uuids), itertools.count()))  # each GPU's number, as first seen
-    codes = np.fromiter(map(first.__getitem__, uuids), np.intp, len(uuids))
+    # Several (10 s scrapes, a 30 s tick): each GPU numbered as first seen.
+    number = np.empty(len(uuids), dtype=np.intp)
+    number[np.fromiter(first.values(), np.intp, len(first))] = np.arange(len(first))
+    codes = number[at_first]
     # np.bincount adds in row order, as _means does: the same sums to the last bit.
     n = len(first)
     measured = ~np.isnan(power)
