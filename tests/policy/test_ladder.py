@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -237,3 +238,25 @@ def test_when_rounds_minutes_up() -> None:
     assert lad.when(T0 + timedelta(minutes=6, seconds=1), T0) == "in 7 min, at 09:07 UTC"
     assert lad.when(T0 + timedelta(minutes=6), T0 + timedelta(seconds=30)) == "in 6 min, at 09:06 UTC"
     assert lad.when(T0 + timedelta(days=1), T0) == "in 1440 min, at 09:00 UTC on 2025-03-05"
+
+
+def test_observe_keeps_every_other_field_as_replace_would() -> None:
+    # observe() builds the state field by field (for speed): a field added to LadderState must be
+    # added there too, or this fails.
+    t = T0
+    values: dict[str, object] = {
+        "workload_id": "w",
+        "incarnation": "7",
+        "rule": "idle",
+        "first_seen_at": t,
+        "last_seen_at": t + timedelta(minutes=1),
+        "step": "warn-1",
+        "step_at": t + timedelta(minutes=2),
+        "first_warned_at": t + timedelta(minutes=3),
+        "clean_since": t + timedelta(minutes=4),
+    }
+    assert [f.name for f in fields(LadderState)] == list(values)
+    state = LadderState(**values)  # type: ignore[arg-type]
+    now = t + timedelta(minutes=9)
+    expected = replace(state, rule="zombie", last_seen_at=now, clean_since=None)
+    assert lad.observe(state, "zombie", now) == expected

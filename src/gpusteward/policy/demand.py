@@ -53,8 +53,10 @@ def demand_for(
 ) -> Demand | None:
     """The demand for the model ``w`` holds (the most waited-for one if it holds several), or
     None when no queue was read, none of its GPUs is known or its class is not paced."""
+    if queue is None:  # asked for every planned workload each tick: settled before its GPUs are looked at
+        return None
     models = sorted({gpus[u].model for u in w.gpu_uuids if u in gpus})
-    if queue is None or not models or workload_class(w) not in settings.classes:
+    if not models or workload_class(w) not in settings.classes:
         return None
     waiting = [p for p in queue.pending if p.waits_for_gpus and p.gpus > 0]
     best: Demand | None = None

@@ -52,7 +52,12 @@ def start(workload_id: str, incarnation: str, rule: str, now: datetime) -> Ladde
 
 def observe(state: LadderState, rule: str, now: datetime) -> LadderState:
     """The finding held again at ``now`` (``rule`` is the one driving the ladder now)."""
-    return replace(state, rule=rule, last_seen_at=now, clean_since=None)
+    # Built field by field: each waiting workload's every tick, and dataclasses.replace costs
+    # several times as much (tests/policy/test_ladder.py checks it against replace).
+    s = state
+    return LadderState(
+        s.workload_id, s.incarnation, rule, s.first_seen_at, now, s.step, s.step_at, s.first_warned_at, None
+    )
 
 
 def _minutes(m: float) -> timedelta:

@@ -32,7 +32,7 @@ from gpusteward.domain.records import (
     SnoozeRecord,
     WorkloadRecord,
 )
-from gpusteward.store import audit_chain, episodes, ladders, schema
+from gpusteward.store import audit_chain, decided, episodes, ladders, schema
 from gpusteward.store.actions import ActionLog, inserted_id
 from gpusteward.store.controls import OwnerControls
 from gpusteward.store.dbschema import (
@@ -50,7 +50,6 @@ from gpusteward.store.rows import (
     audit_of,
     chunks,
     decision_of,
-    decision_row,
     episode_of,
     notice_of,
     notice_row,
@@ -103,6 +102,7 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
         self._last_remembered: list[Workload] = []  # the workloads of the last call (_steady)
         self._open = episodes.OpenEpisodes(SEEN_EVERY)  # the open finding episodes, as the leader
         self._ladders = ladders.KeptLadders(SEEN_EVERY)  # and the ladders it writes
+        self._decided = decided.LastDecisions()  # and its decisions' last signatures
         try:
             parsed = make_url(url)
             # A JSON column or two a row read, thousands of evidence maps a tick written.
@@ -218,9 +218,11 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
             self._ladders.flush(conn)
 
     def reread(self) -> None:
-        """Forget what this replica keeps of open episodes and ladders: another may have led."""
+        """Forget what this replica keeps of open episodes, ladders and decisions: another may
+        have led."""
         self._open.forget()
         self._ladders.forget()
+        self._decided.forget()
 
     def findings_for(self, workload_id: str) -> list[FindingEpisode]:
         """Every episode of one workload, oldest first."""
@@ -249,22 +251,8 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
         """Store those whose (level, step, hold) differs from the workload's last stored decision."""
         if not decisions:
             return 0
-        c = decisions_t.c
         with self._tx("record decisions") as conn:
-            last: dict[str, tuple[int, str, str]] = {}
-            for chunk in chunks(sorted({d.workload_id for d in decisions})):
-                newest = select(func.max(c.id)).where(c.workload_id.in_(chunk)).group_by(c.workload_id)
-                rows = conn.execute(select(c.workload_id, c.level, c.step, c.hold).where(c.id.in_(newest)))
-                last.update({r.workload_id: (r.level, r.step, r.hold) for r in rows})
-            new: list[dict[str, Any]] = []
-            for d in decisions:
-                sig = (int(d.level), d.step, d.hold.value)
-                if last.get(d.workload_id) != sig:
-                    last[d.workload_id] = sig
-                    new.append(decision_row(d))
-            if new:
-                conn.execute(insert(decisions_t), new)
-        return len(new)
+            return self._decided.record(conn, decisions)
 
     def decisions_for(self, workload_id: str, limit: int = 100) -> list[Decision]:
         """The last ``limit`` stored decisions of one workload, oldest first."""
