@@ -290,7 +290,7 @@ def test_waste_counted_per_start_matches_the_gpu_by_gpu_count(state: StateStore)
             ),
         ]
         expected = _plain_waste(rec, findings, power)
-        rec._daily = {}
+        rec._daily, rec._daily_by = {}, {}  # what this tick counts alone
         rec._waste(findings, WORKLOADS, GPUS, power)
         got = {key: acc[:3] for key, acc in rec._daily.items()}
         assert set(got) == set(expected)

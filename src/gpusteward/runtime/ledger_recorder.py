@@ -137,6 +137,9 @@ class LedgerRecorder:
         # Pending amounts (one tick adds thousands): plain lists by day and owner, numpy columns
         # per workload (runtime/usage_pending.py).
         self._daily: dict[DailyKey, list[float]] = {}
+        self._daily_by: dict[
+            tuple[str, str, str, str], list[float]
+        ] = {}  # the same by (day, user, team, kind)
         self._usage = UsagePending()
         self._showback = ShowbackPending(self.prices)
         self._prev_at: datetime | None = None
@@ -245,9 +248,13 @@ class LedgerRecorder:
         """The waste of ``uuids`` from ``start`` to the finding: each row adds its GPUs' amounts
         one by one, in the finding's order, as counting GPU by GPU does."""
         priced = [(*self._price(u, gpus), power.get(u), model_of(u, gpus)) for u in uuids]
-        energy_cost = self.prices.energy_cost
+        energy_cost, daily_by = self.prices.energy_cost, self._daily_by
         for day, hours in split_days(start, f.at):
-            acc = self._row(DailyKey(day, self.prices.currency, owner.user, owner.team, f.kind))
+            # Looked up by a plain tuple (cheaper to hash than the DailyKey it stands for).
+            acc = daily_by.get((day, owner.user, owner.team, f.kind))
+            if acc is None:
+                key = DailyKey(day, self.prices.currency, owner.user, owner.team, f.kind)
+                acc = daily_by[day, owner.user, owner.team, f.kind] = self._row(key)
             shown: dict[tuple[str, Rate], list[float]] = {}  # showback's row per model and rate
             for rate, price, watts, model in priced:
                 kwh = watts / 1000 * hours if watts is not None else 0.0
@@ -373,7 +380,7 @@ class LedgerRecorder:
         self.ledger.add(daily, usage, marks, old, showback=showback, late_day=late_day)
         for k in old:
             del self._done[k]
-        self._daily = {}
+        self._daily, self._daily_by = {}, {}
         self._usage.clear()
         self._showback.clear()
         self._dirty = set()

@@ -106,6 +106,9 @@ class ShowbackPending:
     def __init__(self, prices: PriceTable) -> None:
         self.prices = prices
         self._pending: dict[ShowbackKey, list[float]] = {}
+        # The same lists by a plain tuple of the key's parts: a dataclass key costs several times
+        # as much to build and hash, and a tick looks one up per finding.
+        self._by_parts: dict[tuple[str, str, str, str, Rate], list[float]] = {}
         #: Per GPU uuid: the Gpu it was priced as, its (model, rate) number and its price.
         self._priced: dict[str, _Priced] = {}
         self._rates_seen: tuple[object, object] = (None, None)
@@ -115,10 +118,14 @@ class ShowbackPending:
 
     def acc(self, day: str, owner: Owner, model: str, rate: Rate) -> list[float]:
         """The pending amounts of (day, owner, model, rate)."""
-        key = ShowbackKey(day, owner.team, owner.user, model, rate, self.prices.currency)
-        acc = self._pending.get(key)
+        parts = (day, owner.team, owner.user, model, rate)
+        acc = self._by_parts.get(parts)
         if acc is None:
-            acc = self._pending[key] = [0.0] * 7
+            key = ShowbackKey(day, owner.team, owner.user, model, rate, self.prices.currency)
+            acc = self._pending.get(key)
+            if acc is None:
+                acc = self._pending[key] = [0.0] * 7
+            self._by_parts[parts] = acc
         return acc
 
     def add(self, day: str, owner: Owner, model: str, rate: Rate, column: int, amount: float) -> None:
@@ -129,7 +136,7 @@ class ShowbackPending:
 
     def clear(self) -> None:
         """Forget what is pending (once it is in the database: a failed flush keeps it)."""
-        self._pending = {}
+        self._pending, self._by_parts = {}, {}
 
     def held(
         self,
