@@ -355,15 +355,17 @@ def decide(inp: PolicyInput, settings: PolicySettings) -> PolicyResult:
     _hold_all(
         plans, guards.reserve(_candidates(stops, only=ladder.GRACEFUL_STOP), inp.gpus, settings.reserve.share)
     )
-    total = len(inp.gpus.keys() | chain.from_iterable(map(_UUIDS, inp.workloads.values())))
-    budget = guards.budget(
-        _candidates(stops),
-        settings.budget,
-        total_gpus=total,
-        recent_actions=inp.recent_actions,
-        recent_gpus=inp.recent_action_gpus,
-    )
-    _hold_all(plans, budget)
+    candidates = _candidates(stops)
+    if candidates:  # the fleet's GPUs counted (100,000 at the largest) only when a stop is due
+        total = len(inp.gpus.keys() | chain.from_iterable(map(_UUIDS, inp.workloads.values())))
+        budget = guards.budget(
+            candidates,
+            settings.budget,
+            total_gpus=total,
+            recent_actions=inp.recent_actions,
+            recent_gpus=inp.recent_action_gpus,
+        )
+        _hold_all(plans, budget)
 
     decisions: list[Decision] = []
     states: dict[str, LadderState] = {}
