@@ -183,3 +183,16 @@ def test_a_scopes_timings_are_merged_once_and_follow_new_settings() -> None:
     reloaded = _settings({**scope, "ladder": {"force_after_minutes": 9}}, ladder={**ladder, "by_class": {}})
     c = scope_for(_pod(), gpus(), reloaded).timings
     assert (c.graceful_stop_after_minutes, c.force_after_minutes) == (30, 9)
+
+
+def test_a_resolved_scope_follows_its_stage_and_slowdown_under_the_same_settings() -> None:
+    """Scopes resolved without a queue are kept per stage and slowdown: a promotion or a suspected
+    false kill between two ticks with the very same settings objects changes what comes back."""
+    settings, w = _settings(), workload("w", ["GPU-0"])
+    plain = scope_for(w, gpus(), settings)
+    assert scope_for(w, gpus(), settings) is plain  # kept
+    slowed = scope_for(w, gpus(), settings, slowed={"default": 3.0})
+    assert (slowed.slowdown, slowed.timings.graceful_stop_after_minutes) == (3.0, 90)
+    observe = scope_for(w, gpus(), settings, stages={"default": Stage.OBSERVE})
+    assert (observe.stage, observe.cap) == (Stage.OBSERVE, Level.NONE)
+    assert scope_for(w, gpus(), settings) is plain

@@ -60,7 +60,12 @@ def gpu_health(findings: Iterable[Finding], with_data: Iterable[str]) -> dict[st
 
 def failed(findings: Iterable[Finding]) -> dict[str, Finding]:
     """GPU uuid → a ``gpu-failed`` finding on it."""
-    return {u: f for f in findings if health_of(f) is Health.FAILED for u in f.gpu_uuids}
+    return {
+        u: f
+        for f in findings
+        if f.action is RuleAction.REPAIR and health_of(f) is Health.FAILED  # the action first: cheap
+        for u in f.gpu_uuids
+    }
 
 
 def set_aside(by_workload: dict[str, list[Finding]], workloads: Mapping[str, Workload]) -> frozenset[str]:

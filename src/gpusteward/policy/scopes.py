@@ -113,6 +113,13 @@ def _timings(
     return merged
 
 
+#: Resolved scopes without a demand (no queue read: nearly every one), by name, class, stage,
+#: slowdown and the identities of the scope and policy settings, each entry holding the objects
+#: it is keyed by (as ``_MERGED``): a Scope built afresh for every planned workload every tick.
+_Resolved = tuple[DefaultScopeSettings, PolicySettings, Scope]
+_RESOLVED: dict[tuple[str, str, Stage, float, int, int], _Resolved] = {}
+
+
 def _resolve(
     name: str,
     cfg: DefaultScopeSettings,
@@ -122,13 +129,23 @@ def _resolve(
     slowed: Mapping[str, float],
     need: Demand | None,
 ) -> Scope:
+    stage, slow = stages.get(name, cfg.mode), max(1.0, slowed.get(name, 1.0))
+    key = (name, cls, stage, slow, id(cfg), id(settings))
+    if need is None:
+        hit = _RESOLVED.get(key)
+        if hit is not None and hit[0] is cfg and hit[1] is settings:
+            return hit[2]
     timings = _timings(settings.ladder, cls, cfg)
-    slow = max(1.0, slowed.get(name, 1.0))
     pace = need.factor if need is not None else 1.0
     # A suspected false kill's slowdown is a brake demand never releases: only its slowing part applies.
     timings = demand.paced(timings, slow * (max(pace, 1.0) if slow > 1.0 else pace))
     top = settings.max_level if cfg.max_level is None else min(cfg.max_level, settings.max_level)
-    return Scope(name, stages.get(name, cfg.mode), Level(top), timings, slow, need)
+    scope = Scope(name, stage, Level(top), timings, slow, need)
+    if need is None:
+        if len(_RESOLVED) >= _MAX_MERGED:
+            _RESOLVED.clear()
+        _RESOLVED[key] = (cfg, settings, scope)
+    return scope
 
 
 def scope_for(

@@ -137,9 +137,8 @@ class LedgerRecorder:
         # Pending amounts (one tick adds thousands): plain lists by day and owner, numpy columns
         # per workload (runtime/usage_pending.py).
         self._daily: dict[DailyKey, list[float]] = {}
-        self._daily_by: dict[
-            tuple[str, str, str, str], list[float]
-        ] = {}  # the same by (day, user, team, kind)
+        # The same lists by (day, user, team, kind): a tuple is cheaper to hash than a DailyKey.
+        self._daily_by: dict[tuple[str, str, str, str], list[float]] = {}
         self._usage = UsagePending()
         self._showback = ShowbackPending(self.prices)
         self._prev_at: datetime | None = None
