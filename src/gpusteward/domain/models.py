@@ -279,6 +279,11 @@ class Decision:
     def acts(self) -> bool:
         return self.level is not Level.NONE and self.hold is Hold.NONE
 
+    @property
+    def signature(self) -> tuple[int, str, str]:
+        """What tells a workload's decisions apart: a store keeps one only when this changes."""
+        return int(self.level), self.step, self.hold.value
+
 
 class ActionStatus(StrEnum):
     PLANNED = "planned"

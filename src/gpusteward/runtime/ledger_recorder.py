@@ -78,7 +78,7 @@ class RecorderStore(WorkloadBook, HasLedger, Protocol):
 def split_days(start: datetime, end: datetime) -> list[tuple[str, float]]:
     """Hours of [start, end) in each UTC day, as (YYYY-MM-DD, hours)."""
     if start < end and start.date() == end.date():  # within a day (nearly every tick's span)
-        return [(start.date().isoformat(), (end - start).total_seconds() / 3600)]
+        return [(day_key(start), (end - start).total_seconds() / 3600)]
     out = []
     t = start
     while t < end:
@@ -250,10 +250,11 @@ class LedgerRecorder:
         energy_cost, daily_by = self.prices.energy_cost, self._daily_by
         for day, hours in split_days(start, f.at):
             # Looked up by a plain tuple (cheaper to hash than the DailyKey it stands for).
-            acc = daily_by.get((day, owner.user, owner.team, f.kind))
+            parts = (day, owner.user, owner.team, f.kind)
+            acc = daily_by.get(parts)
             if acc is None:
                 key = DailyKey(day, self.prices.currency, owner.user, owner.team, f.kind)
-                acc = daily_by[day, owner.user, owner.team, f.kind] = self._row(key)
+                acc = daily_by[parts] = self._row(key)
             shown: dict[tuple[str, Rate], list[float]] = {}  # showback's row per model and rate
             for rate, price, watts, model in priced:
                 kwh = watts / 1000 * hours if watts is not None else 0.0

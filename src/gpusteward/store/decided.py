@@ -18,14 +18,10 @@ from gpusteward.domain.models import Decision
 from gpusteward.store.dbschema import decisions_t
 from gpusteward.store.rows import chunks, decision_row
 
-#: What tells two decisions of a workload apart: level, step, hold.
+#: ``Decision.signature``: level, step, hold.
 Signature = tuple[int, str, str]
 #: Workloads whose signature is kept, at most (then all are read again as they come).
 MAX_KEPT = 200_000
-
-
-def signature(d: Decision) -> Signature:
-    return int(d.level), d.step, d.hold.value
 
 
 class LastDecisions:
@@ -52,7 +48,7 @@ class LastDecisions:
             last.update({r.workload_id: (r.level, r.step, r.hold) for r in rows})
         new = []
         for d in decisions:
-            sig = signature(d)
+            sig = d.signature
             if last[d.workload_id] != sig:
                 last[d.workload_id] = sig
                 new.append(decision_row(d))

@@ -211,10 +211,10 @@ class MemoryStore(MemoryJournal, MemoryControls):
         wanted = {d.workload_id for d in decisions}
         for d in self._decisions:
             if d.workload_id in wanted:
-                last[d.workload_id] = (int(d.level), d.step, d.hold.value)
+                last[d.workload_id] = d.signature
         new = 0
         for d in decisions:
-            sig = (int(d.level), d.step, d.hold.value)
+            sig = d.signature
             if last.get(d.workload_id) != sig:
                 last[d.workload_id] = sig
                 self._decisions.append(replace(d, gpu_uuids=tuple(d.gpu_uuids)))
