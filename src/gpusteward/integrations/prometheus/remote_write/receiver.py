@@ -154,20 +154,29 @@ class Receiver:
     def receive(self, body: bytes) -> Stats:
         """Decode a remote-write body and buffer its samples; the counts of this request.
         Raises ``BadBody``, ``TooLarge`` or ``BufferFull``."""
-        return self.push(decode(body, self.max_decoded_bytes))
+        # The series met before, for the decode's shortcut (walk.py): the numbers it finds stand
+        # if the series are not numbered again before push takes the lock.
+        epoch, known = self._epoch, self._ids
+        return self.push(decode(body, self.max_decoded_bytes, known, self._unwanted), epoch)
 
-    def push(self, req: Request) -> Stats:
+    def push(self, req: Request, epoch: int | None = None) -> Stats:
+        """Buffer ``req``'s samples; ``epoch``: when its ``found`` numbers were looked up."""
         # Outside the lock (the tick never waits on a decode): which series are wanted. A series
         # is known by its encoded labels, so only a new one has them parsed.
         # The numbers found stand if the series are not numbered again before the lock is taken.
-        epoch, known, unwanted, names = self._epoch, self._ids, self._unwanted, self.names
-        lookups = map(known.get, req.labels, itertools.repeat(-1))
-        found = np.fromiter(lookups, dtype=np.intp, count=len(req.labels))
+        unwanted, names = self._unwanted, self.names
+        if req.found is not None and epoch is not None:
+            found = req.found  # every series known, or one to skip
+        else:
+            epoch, known = self._epoch, self._ids
+            lookups = map(known.get, req.labels, itertools.repeat(-1))
+            found = np.fromiter(lookups, dtype=np.intp, count=len(req.labels))
         has_points = req.counts > 0
         wanted = (found >= 0) & has_points
         new: dict[bytes, dict[str, str]] = {}
         skipped: set[bytes] = set()
-        for i in np.flatnonzero(~wanted & has_points).tolist():
+        unread = () if req.found is not None else np.flatnonzero(~wanted & has_points).tolist()
+        for i in unread:
             key = req.labels[i]
             if key not in new:
                 if key in unwanted or key in skipped:

@@ -6,11 +6,19 @@ walks the fields of every series at once, one field per step: the leading ``labe
 in place, every sample's value and timestamp at once. What the walk does not expect (a label
 after a sample, a tag over one byte, a Sample encoded in another field order) sends the request
 down the plain path instead: upb's objects, one series at a time. Both give the same ``Request``.
+
+Before either, a request whose series the receiver has all met before (``known``) is read from
+the end of each series: a Prometheus sends one sample per series entry, whose bytes end the
+series in one of two fixed shapes, so whatever precedes them is the series' labels, looked up
+as they are. Only a lookup that finds them proves the guess (below), and any miss sends the
+whole request down the walk.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from types import ModuleType
 
 import numpy as np
@@ -22,6 +30,12 @@ _LABEL, _SAMPLE = 0x0A, 0x12  # fields 1 and 2, length-delimited
 _VALUE_TAG, _TIME_TAG = 0x09, 0x10  # a Sample's value (fixed64) and timestamp (varint)
 _PAD = 16  # zero bytes after the buffer: a varint read may look past a field's end
 _VALUE_BYTES = np.arange(1, 9)  # a fixed64 value after its tag
+#: A Sample field that ends a series, as the senders write one: tag 0x12, its length, the
+#: value (0x09 and 8 bytes; left out when 0) and the timestamp (0x10 and a varint: a time in
+#: milliseconds from 1971 to 2109 takes 6 bytes). Its size with a value, and without.
+_WITH_VALUE, _ZERO_VALUE = 18, 9
+_STAMP = np.arange(-6, 0)  # the timestamp's bytes, from the series' end
+_STAMP_SHIFTS = np.arange(0, 42, 7, dtype=np.int64)
 
 
 class Malformed(ValueError):
@@ -42,18 +56,74 @@ class Request:
     counts: IntArray
     t_ms: npt.NDArray[np.int64]
     values: npt.NDArray[np.float64]
+    #: Read by the known series' shortcut: each series' value in ``known``, -1 for one of
+    #: ``skip``; None otherwise (then series may be new).
+    found: IntArray | None = None
 
 
-def columns(raw: bytes, pb: ModuleType) -> Request:
-    """``raw`` (a decompressed WriteRequest) as a ``Request``; ``pb``: the generated remote_pb2."""
+def columns(
+    raw: bytes,
+    pb: ModuleType,
+    known: Mapping[bytes, int] | None = None,
+    skip: Collection[bytes] = frozenset(),
+) -> Request:
+    """``raw`` (a decompressed WriteRequest) as a ``Request``; ``pb``: the generated remote_pb2.
+    ``known`` and ``skip``: encoded labels a walk read before (the receiver's series, and those
+    it skips): every key in them must be one, for the shortcut's proof."""
     try:
         series = list(pb.WriteRequestFlat.FromString(raw).timeseries)
     except Exception as e:  # google.protobuf.message.DecodeError
         raise Malformed(f"not a prometheus.WriteRequest: {e}") from e
+    if known is not None and series:
+        req = _known(series, known, skip)
+        if req is not None:
+            return req
     try:
         return _walk(series)
     except _Unexpected:
         return _plain(raw, pb)
+
+
+def _known(series: list[bytes], known: Mapping[bytes, int], skip: Collection[bytes]) -> Request | None:
+    """The request, if every series ends with one sample of the senders' shape and the bytes
+    before it are a key of ``known`` or ``skip``; else None.
+
+    Why a found key proves the guess: keys come only from walks, so a key is a whole run of
+    label fields; the bytes after it were checked to be one whole Sample field, ending where
+    the series ends. Protobuf bytes parse one way only, so the series is those labels and that
+    sample, as the walk would have read it.
+    """
+    n = len(series)
+    sizes = np.fromiter(map(len, series), dtype=np.intp, count=n)
+    if int(sizes.min()) < _ZERO_VALUE:
+        return None
+    joined = b"".join(series)
+    buf = np.frombuffer(joined, dtype=np.uint8)
+    ends = np.cumsum(sizes)
+    stamp = buf[ends[:, None] + _STAMP]
+    timed = (buf[ends - 7] == _TIME_TAG) & (stamp[:, :5] >= 0x80).all(axis=1) & (stamp[:, 5] < 0x80)
+    # Reads before a short series' start are masked by its size (a negative index wraps).
+    valued = (
+        (sizes >= _WITH_VALUE)
+        & (buf[ends - 18] == _SAMPLE)
+        & (buf[ends - 17] == _WITH_VALUE - 2)
+        & (buf[ends - 16] == _VALUE_TAG)
+    )
+    zero = (buf[ends - 9] == _SAMPLE) & (buf[ends - 8] == _ZERO_VALUE - 2)
+    if not (timed & (valued | zero)).all():
+        return None
+    cuts = (sizes - np.where(valued, _WITH_VALUE, _ZERO_VALUE)).tolist()
+    keys = [s[:c] for s, c in zip(series, cuts, strict=True)]
+    found = np.fromiter(map(known.get, keys, repeat(-1)), dtype=np.intp, count=n)
+    missing = np.flatnonzero(found < 0)
+    if missing.size and not all(map(skip.__contains__, map(keys.__getitem__, missing.tolist()))):
+        return None
+    t_ms = (stamp.astype(np.int64) & 0x7F) << _STAMP_SHIFTS
+    values = np.zeros(n, dtype=np.float64)
+    if valued.any():
+        payload = buf[(ends[valued] - 15)[:, None] + _VALUE_BYTES - 1]  # fixed64, little-endian
+        values[valued] = np.ascontiguousarray(payload).view("<f8").reshape(-1)
+    return Request(keys, np.ones(n, dtype=np.intp), t_ms.sum(axis=1), values, found)
 
 
 def _walk(series: list[bytes]) -> Request:

@@ -5,7 +5,7 @@ imported on first use so that a plain install runs without the ``remote-write`` 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -45,10 +45,16 @@ def available() -> str:
     return ""
 
 
-def decode(body: bytes, max_decoded_bytes: int) -> Request:
-    """The request in ``body``, as columns (``walk.Request``: each series' labels left encoded).
-    The length snappy declares is checked before decompressing: a small body can claim (and
-    expand to) many times its size."""
+def decode(
+    body: bytes,
+    max_decoded_bytes: int,
+    known: Mapping[bytes, int] | None = None,
+    skip: Collection[bytes] = frozenset(),
+) -> Request:
+    """The request in ``body``, as columns (``walk.Request``: each series' labels left encoded;
+    ``known`` and ``skip``, series met before, as ``walk.columns`` takes them). The length
+    snappy declares is checked before decompressing: a small body can claim (and expand to)
+    many times its size."""
     snappy, pb = _libs()
     try:
         size = snappy.decompress_raw_len(body)
@@ -61,7 +67,7 @@ def decode(body: bytes, max_decoded_bytes: int) -> Request:
     except Exception as e:
         raise BadBody(f"not a snappy block: {e}") from e
     try:
-        return columns(raw, pb)
+        return columns(raw, pb, known, skip)
     except Malformed as e:
         raise BadBody(str(e)) from e
 
