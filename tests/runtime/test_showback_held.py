@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from gpusteward.analysis.cost import PriceTable
 from gpusteward.domain.models import Gpu, Owner, Workload, WorkloadKind
+from gpusteward.runtime.fresh_use import FreshUse
 from gpusteward.runtime.showback_recorder import (
     HELD,
     KWH,
@@ -90,7 +91,15 @@ uses = st.dictionaries(
     st.tuples(st.floats(0, 100), st.one_of(st.none(), st.floats(0, 700))),
 )
 ticks = st.lists(
-    st.tuples(st.booleans(), workload_maps, st.booleans(), gpu_maps, uses, st.sampled_from([1 / 120, 0.5])),
+    st.tuples(
+        st.booleans(),
+        workload_maps,
+        st.booleans(),
+        gpu_maps,
+        uses,
+        st.sampled_from([1 / 120, 0.5]),
+        st.booleans(),  # the same GPUs' list as the tick before, other figures (UseReader's case)
+    ),
     min_size=1,
     max_size=6,
 )
@@ -103,12 +112,17 @@ def test_held_is_adding_gpu_by_gpu(tick_list: list[Any]) -> None:
     rates = NodeRates()
     workloads: dict[str, Workload] = {}
     gpus: dict[str, Gpu] = {}
-    for new_workloads, fresh_workloads, new_gpus, fresh_gpus, use, hours in tick_list:
+    last: FreshUse | None = None
+    for new_workloads, fresh_workloads, new_gpus, fresh_gpus, drawn, hours, same_gpus in tick_list:
         if new_workloads:
             workloads = fresh_workloads
         if new_gpus:  # the source's GPUs changed: new objects, perhaps another model or price
             gpus = fresh_gpus
+        use = FreshUse.of(drawn)
+        if same_gpus and last is not None:
+            use = FreshUse(last.uuids, last.util[::-1] / 2, last.power[::-1])
+        last = use
         got.held("2026-03-01", hours, use, workloads, gpus, rates)
-        reference(want, "2026-03-01", hours, use, workloads, gpus, rates)
+        reference(want, "2026-03-01", hours, dict(use), workloads, gpus, rates)
         assert got.amounts() == want.amounts()
         assert list(got.amounts()) == list(want.amounts())  # the same rows, in the same order

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from gpusteward.domain.models import Owner, Workload, WorkloadKind
 from gpusteward.domain.records import UsageAmounts, UsageKey
+from gpusteward.runtime.fresh_use import FreshUse
 from gpusteward.runtime.usage_pending import UsagePending
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -74,6 +75,7 @@ ticks = st.lists(
         workload_sets,
         st.dictionaries(st.sampled_from([f"job-{i}" for i in range(6)]), st.integers(0, 4)),
         st.booleans(),  # flushed after this tick
+        st.booleans(),  # the same GPUs' list as the tick before, other figures (UseReader's case)
     ),
     min_size=1,
     max_size=8,
@@ -85,11 +87,16 @@ ticks = st.lists(
 def test_usage_pending_is_the_per_workload_rules(tick_list: list[Any]) -> None:
     got, want = UsagePending(), Reference()
     workloads: list[Workload] = []
-    for day, hours, use, same, fresh, idle, flush in tick_list:
+    last: FreshUse | None = None
+    for day, hours, drawn, same, fresh, idle, flush, same_gpus in tick_list:
         if not same:
             workloads = fresh
+        use = FreshUse.of(drawn)
+        if same_gpus and last is not None:
+            use = FreshUse(last.uuids, last.util[::-1] / 2, last.power[::-1])
+        last = use
         got.add(day, hours, use, workloads, idle)
-        want.add(day, hours, use, workloads, idle)
+        want.add(day, hours, dict(use), workloads, idle)
         assert got.amounts() == want.amounts()
         if flush:
             got.clear()

@@ -42,6 +42,7 @@ from gpusteward.domain.records import (
 )
 from gpusteward.domain.sample_table import latest
 from gpusteward.domain.store_ports import HasLedger, WorkloadBook
+from gpusteward.runtime.fresh_use import UseReader
 from gpusteward.runtime.runner import ActionResult
 from gpusteward.runtime.showback_recorder import (
     NOBODY,
@@ -50,7 +51,6 @@ from gpusteward.runtime.showback_recorder import (
     WASTED,
     NodeRates,
     ShowbackPending,
-    fresh_use,
     model_of,
 )
 from gpusteward.runtime.usage_pending import UsagePending
@@ -140,6 +140,7 @@ class LedgerRecorder:
         # The same lists by (day, user, team, kind): a tuple is cheaper to hash than a DailyKey.
         self._daily_by: dict[tuple[str, str, str, str], list[float]] = {}
         self._usage = UsagePending()
+        self._fresh = UseReader()
         self._showback = ShowbackPending(self.prices)
         self._prev_at: datetime | None = None
         self._flushed_at: datetime | None = None
@@ -193,7 +194,7 @@ class LedgerRecorder:
         if obs is not None and self._prev_at is not None:
             hours = min(max(0.0, (now - self._prev_at).total_seconds()), self.max_gap_s) / 3600
             if hours > 0:
-                use = fresh_use(obs.samples, self._prev_at)
+                use = self._fresh.read(obs.samples, self._prev_at)
                 self._use(now, hours, use, workloads, findings)
                 # Showback: each GPU with a fresh utilisation sample was held since the last tick.
                 self._showback.held(day_key(now), hours, use, workloads, gpus, self.rates)

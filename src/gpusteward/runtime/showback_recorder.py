@@ -12,32 +12,30 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
-from operator import attrgetter, is_not, itemgetter
+from collections.abc import Iterable, Mapping
+from operator import is_not, itemgetter
 
 import numpy as np
+import numpy.typing as npt
 
 from gpusteward.analysis.cost import PriceTable, Rate
 from gpusteward.analysis.holdings import LAYOUTS, Layout
 from gpusteward.domain.cloud import InstanceControl, Lifecycle
 from gpusteward.domain.errors import ExecutionError, SourceError
-from gpusteward.domain.models import Gpu, Owner, Sample, Workload
+from gpusteward.domain.models import Gpu, Owner, Workload
 from gpusteward.domain.records import ShowbackAmounts, ShowbackKey
-from gpusteward.domain.sample_table import SampleTable
 from gpusteward.policy.instances import match_nodes
+from gpusteward.runtime.fresh_use import FreshUse
 
 log = logging.getLogger(__name__)
 
 NOBODY = Owner("(unallocated)")
 UNKNOWN_MODEL = "unknown"
-_SAMPLE_FIELDS = attrgetter("gpu_uuid", "at", "gpu_util_pct", "power_w")
 #: A GPU's price entry: the Gpu priced, its (model, rate) number, its price per GPU-hour.
 _Priced = tuple[Gpu | None, int, float]
 _GPU, _KIND, _PRICE = itemgetter(0), itemgetter(1), itemgetter(2)
 #: No entry yet: its Gpu is never the one known (a fresh object), so it is priced.
 _UNPRICED: _Priced = (Gpu("-", "-", -1, "-", 0), -1, 0.0)
-_UTIL, _POWER = itemgetter(0), itemgetter(1)
 # Showback amounts in a pending list, in ShowbackAmounts' field order.
 HELD, USED, WASTED, RECLAIMED, SPEND, KWH, POWER_COST = range(7)
 
@@ -115,6 +113,7 @@ class ShowbackPending:
         #: (model, rate) pairs -> their numbers, in number order.
         self._kinds: dict[tuple[str, Rate], int] = {}
         self._held_by: tuple[Layout, dict[str, int], list[Owner]] | None = None
+        self._who_of: tuple[dict[str, int], list[str], npt.NDArray[np.intp]] | None = None
 
     def acc(self, day: str, owner: Owner, model: str, rate: Rate) -> list[float]:
         """The pending amounts of (day, owner, model, rate)."""
@@ -149,18 +148,18 @@ class ShowbackPending:
     ) -> None:
         """Each GPU in ``use`` (``fresh_use``) was held (by its workload, or by nobody) for
         ``hours``, priced at its node's rate; its measured power is charged too."""
-        uuids = list(use)
+        fresh = FreshUse.of(use)
+        uuids = fresh.uuids
         if not uuids:
             return
         holder, owners = self._holders(list(workloads.values()))
         hits = self._prices(uuids, gpus, rates)
         n = len(uuids)
         # Per GPU its group, (owner, model, rate) as one number; every step below is a C loop.
-        who = np.fromiter(map(holder.get, uuids, itertools.repeat(0)), np.intp, n)
+        who = self._who(holder, uuids)
         kind = np.fromiter(map(_KIND, hits), np.intp, n)
         price = np.fromiter(map(_PRICE, hits), np.float64, n)
-        util = np.fromiter(map(_UTIL, use.values()), np.float64, n)
-        power = np.array(list(map(_POWER, use.values())), dtype=np.float64)  # None: NaN
+        util, power = fresh.util, fresh.power  # power NaN: never measured
         kinds = list(self._kinds)  # by number
         groups, first, at = np.unique(who * len(kinds) + kind, return_index=True, return_inverse=True)
         # Sums per group first, multiplied by the hours once; bincount adds in the order of
@@ -180,6 +179,16 @@ class ShowbackPending:
             kwh = float(watts[g]) / 1000 * hours
             out[KWH] += kwh
             out[POWER_COST] += self.prices.energy_cost(kwh)
+
+    def _who(self, holder: dict[str, int], uuids: list[str]) -> npt.NDArray[np.intp]:
+        """Each GPU's owner by number; kept while the holders and the GPUs' list are the same
+        objects (``UseReader`` hands back the same list while the samples name the same GPUs)."""
+        kept = self._who_of
+        if kept is not None and kept[0] is holder and kept[1] is uuids:
+            return kept[2]
+        who = np.fromiter(map(holder.get, uuids, itertools.repeat(0)), np.intp, len(uuids))
+        self._who_of = (holder, uuids, who)
+        return who
 
     def _holders(self, workloads: list[Workload]) -> tuple[dict[str, int], list[Owner]]:
         """Each held GPU's owner, by number in the owners' list (0: nobody); a GPU two workloads
@@ -223,64 +232,3 @@ class ShowbackPending:
     def _price_of(self, gpu: Gpu | None, rates: NodeRates) -> tuple[str, Rate, float]:
         rate, price = rates.price(self.prices, gpu)
         return (gpu.model or UNKNOWN_MODEL) if gpu is not None else UNKNOWN_MODEL, rate, price
-
-
-def fresh_use(samples: Sequence[Sample], prev: datetime) -> dict[str, tuple[float, float | None]]:
-    """Per GPU with a utilisation sample newer than ``prev``: its utilisation (0-100) and power
-    (None if never measured), each the mean of those samples. A GPU sampled several times since
-    the last tick (10 s scrapes, a 30 s tick) is held once, not once per sample."""
-    if isinstance(samples, SampleTable):
-        return _table_use(samples, prev)
-    out: dict[str, tuple[float, float | None]] = {}
-    fresh = 0
-    for uuid, at, util, power in map(_SAMPLE_FIELDS, samples):
-        if util is not None and at > prev:
-            out[uuid] = (0.0 if util < 0 else 100.0 if util > 100 else util, power)
-            fresh += 1
-    return out if fresh == len(out) else _means(samples, prev)
-
-
-def _means(samples: Sequence[Sample], prev: datetime) -> dict[str, tuple[float, float | None]]:
-    sums: dict[str, list[float]] = {}
-    for uuid, at, util, power in map(_SAMPLE_FIELDS, samples):
-        if util is None or at <= prev:
-            continue
-        acc = sums.setdefault(uuid, [0.0, 0.0, 0.0, 0.0])
-        acc[0] += 0.0 if util < 0 else 100.0 if util > 100 else util
-        acc[1] += 1
-        if power is not None:
-            acc[2] += power
-            acc[3] += 1
-    return {u: (a[0] / a[1], a[2] / a[3] if a[3] else None) for u, a in sums.items()}
-
-
-def _table_use(table: SampleTable, prev: datetime) -> dict[str, tuple[float, float | None]]:
-    """``fresh_use`` over columns: the same figures, summed in the same order."""
-    util = table.column("gpu_util_pct")
-    if util is None:
-        return {}
-    rows = np.flatnonzero(~np.isnan(util) & table.newer_than(prev))
-    every = rows.size == len(table.uuids)  # no row left out: the uuids as they are
-    uuids = list(table.uuids) if every else list(map(table.uuids.__getitem__, rows.tolist()))
-    used = np.clip(util[rows].astype(np.float64), 0.0, 100.0)
-    col = table.column("power_w")
-    power = np.full(rows.size, np.nan) if col is None else col[rows].astype(np.float64)
-    # Each row's GPU as the row it was first seen at (C loops).
-    first: dict[str, int] = {}
-    at_first = np.fromiter(map(first.setdefault, uuids, itertools.count()), np.intp, len(uuids))
-    if len(first) == len(uuids):  # one sample per GPU since the last tick
-        watts = [None if w != w else w for w in power.tolist()]
-        return dict(zip(uuids, zip(used.tolist(), watts, strict=True), strict=True))
-    # Several (10 s scrapes, a 30 s tick): each GPU numbered as first seen.
-    number = np.empty(len(uuids), dtype=np.intp)
-    number[np.fromiter(first.values(), np.intp, len(first))] = np.arange(len(first))
-    codes = number[at_first]
-    # np.bincount adds in row order, as _means does: the same sums to the last bit.
-    n = len(first)
-    measured = ~np.isnan(power)
-    util_mean = np.bincount(codes, used, n) / np.bincount(codes, minlength=n)
-    readings = np.bincount(codes[measured], minlength=n)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        power_mean = np.bincount(codes[measured], power[measured], n) / readings
-    means = [None if k == 0 else w for k, w in zip(readings.tolist(), power_mean.tolist(), strict=True)]
-    return dict(zip(first, zip(util_mean.tolist(), means, strict=True), strict=True))

@@ -11,7 +11,6 @@ workload objects come in the same order), so a tick costs a look-up per GPU and 
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ import numpy.typing as npt
 from gpusteward.analysis.holdings import LAYOUTS, Layout
 from gpusteward.domain.models import Workload
 from gpusteward.domain.usage_rows import UsageRow, UsageRows
+from gpusteward.runtime.fresh_use import FreshUse
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -29,9 +29,6 @@ ObjArray = npt.NDArray[np.object_]
 REQUESTED, HELD, IDLE = range(3)
 # The hours: held and busy (utilisation-weighted).
 HELD_H, BUSY_H = range(2)
-#: A GPU without a fresh sample: no use (told apart by identity), 0 % where it is summed.
-_NO_USE: tuple[float, float | None] = (0.0, None)
-_UTIL = operator.itemgetter(0)
 
 
 class _Day:
@@ -80,6 +77,7 @@ class _Placed:
     user: ObjArray
     team: ObjArray
     position: dict[str, int]  # workload id -> its position in the layout
+    owned: npt.NDArray[np.bool_]  # the positions whose owner this placing wrote to its rows
 
 
 class UsagePending:
@@ -88,6 +86,7 @@ class UsagePending:
     def __init__(self) -> None:
         self._days: dict[str, _Day] = {}
         self._placed: _Placed | None = None
+        self._rows_of: tuple[Layout, list[str], npt.NDArray[np.intp]] | None = None
 
     def add(
         self,
@@ -101,12 +100,14 @@ class UsagePending:
         workload id -> GPUs an over-provisioning advice names idle this tick."""
         placed = self._place(day, workloads)
         layout = placed.layout
-        got = list(map(use.get, layout.uuids, itertools.repeat(_NO_USE)))
-        n, k = len(got), len(layout.workloads)
-        present = np.fromiter(map(operator.is_not, got, itertools.repeat(_NO_USE)), np.float64, n)
-        util = np.fromiter(map(_UTIL, got), np.float64, n)
+        fresh = FreshUse.of(use)
+        row = self._rows_in(layout, fresh)
+        k = len(layout.workloads)
+        present = row >= 0
+        util = np.zeros(row.size, dtype=np.float64)  # a GPU without a fresh sample: 0 % where summed
+        util[present] = fresh.util[row[present]]
         # bincount adds each workload's GPUs in order, as a Python sum would: the same figures.
-        count = np.bincount(layout.group, present, minlength=k)
+        count = np.bincount(layout.group, present.astype(np.float64), minlength=k)
         total = np.bincount(layout.group, util, minlength=k)
         used = np.flatnonzero(count > 0)  # no data this tick is not idleness, nor use
         d, rows = placed.day, placed.rows[used]
@@ -116,7 +117,12 @@ class UsagePending:
             if at is not None:
                 idle_now[at] = gpus
         d.touched[rows] = True
-        d.user[rows], d.team[rows] = placed.user[used], placed.team[used]  # the newest owner
+        # The newest owner: the same while the same workload objects come, so written once.
+        unowned = used[~placed.owned[used]]
+        if unowned.size:
+            where = placed.rows[unowned]
+            d.user[where], d.team[where] = placed.user[unowned], placed.team[unowned]
+            placed.owned[unowned] = True
         counts = d.counts[rows]
         counts[:, REQUESTED] = np.maximum(counts[:, REQUESTED], placed.requested[used])
         counts[:, HELD] = np.maximum(counts[:, HELD], placed.sizes[used])
@@ -124,6 +130,17 @@ class UsagePending:
         d.counts[rows] = counts
         d.hours[rows, HELD_H] += count[used] * hours
         d.hours[rows, BUSY_H] += total[used] / 100 * hours
+
+    def _rows_in(self, layout: Layout, fresh: FreshUse) -> npt.NDArray[np.intp]:
+        """Each layout GPU's row in ``fresh`` (-1: none); kept while the layout and the GPUs'
+        list are the same objects (``UseReader`` hands back the same list while it can)."""
+        kept = self._rows_of
+        if kept is not None and kept[0] is layout and kept[1] is fresh.uuids:
+            return kept[2]
+        index = fresh.index()
+        row = np.fromiter(map(index.get, layout.uuids, itertools.repeat(-1)), np.intp, len(layout.uuids))
+        self._rows_of = (layout, fresh.uuids, row)
+        return row
 
     def _place(self, day: str, workloads: Sequence[Workload]) -> _Placed:
         layout = LAYOUTS.of(workloads)
@@ -143,6 +160,7 @@ class UsagePending:
             np.array([w.owner.user for w in ws], dtype=object),
             np.array([w.owner.team for w in ws], dtype=object),
             {w.id: i for i, w in enumerate(ws)},
+            np.zeros(len(ws), dtype=np.bool_),
         )
         return placed
 
