@@ -56,26 +56,59 @@ slot_st = st.tuples(
     st.integers(0, 8),  # the slot, 10 s each
     st.lists(st.tuples(st.sampled_from(UUIDS), st.sampled_from(HOLDERS), st.booleans()), max_size=6),
     st.lists(st.integers(0, 9), min_size=6, max_size=6),  # each row's second within the slot
+    st.one_of(st.none(), st.integers(0, 7)),  # an earlier slot's very mapping and GPUs (HeldMemo's)
+    st.booleans(),  # the times read after it (a read writes the times that wait)
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(slot_st, max_size=8))
-def test_apply_matches_the_per_gpu_rules_in_any_order(slots: list[Any]) -> None:
+@settings(max_examples=400, deadline=None)
+@given(st.lists(slot_st, max_size=8), st.lists(st.integers(0, 100), max_size=3))
+def test_apply_matches_the_per_gpu_rules_in_any_order(slots: list[Any], forgets: list[int]) -> None:
+    """Slots in any order, the same mapping again or not, GPUs forgotten between them."""
     src = PrometheusSource(cast(Any, None), interval_s=10, window_s=600)
     ref = Reference()
-    for k, rows, offsets in slots:
+    earlier: list[Slot] = []
+    for n, (k, rows, offsets, again, look) in enumerate(slots):
         start = 1_000_000.0 + 10 * k
         per_gpu = {u: (h, copy) for u, h, copy in rows}  # one row per GPU, as the assembler gives
         uuids = sorted(per_gpu)
         holders = {u: _copy(h) if copy else h for u, (h, copy) in per_gpu.items()}
+        if again is not None and earlier:
+            last = earlier[again % len(earlier)]
+            uuids, holders = list(last.samples.uuids), cast(dict[str, Any], last.holders)
         at = [start + offsets[i] for i in range(len(uuids))]
         slot = Slot(start, SampleTable(uuids, at, {}), holders)
+        earlier.append(slot)
         assert src._apply(slot) == ref.apply(slot)
+        if n in forgets:  # a GPU silent for a window: forgotten by both
+            gone = UUIDS[n % len(UUIDS)]
+            src._book.forget([gone])
+            for d in (ref.holders, ref.holder_at, ref.last_seen):
+                d.pop(gone, None)
         assert src._holders == ref.holders
-        assert src._holder_at == ref.holder_at
         assert src._started == ref.started
-        assert src._last_seen == ref.last_seen
+        if look or n == len(slots) - 1:
+            assert src._holder_at == ref.holder_at
+            assert src._last_seen == ref.last_seen
+
+
+def test_a_mapping_applied_again_after_a_change_is_applied_in_full() -> None:
+    """The fold hands back the mapping it applied last while nothing changed; a GPU forgotten,
+    or a late slot that set another holder, since then: that mapping is applied again in full."""
+    src = PrometheusSource(cast(Any, None), interval_s=10, window_s=600)
+    held = {"GPU-0": HOLDERS[1], "GPU-1": HOLDERS[2]}
+    at = SampleTable(["GPU-0", "GPU-1"], [1_000_001.0, 1_000_001.0], {})
+    src._apply(Slot(1_000_000.0, at, held))
+    src._book.forget(["GPU-0"])
+    src._apply(Slot(1_000_010.0, at, held))
+    assert src._holders == held
+    late = SampleTable(["GPU-1"], [999_991.0], {})
+    assert src._apply(Slot(999_990.0, late, {"GPU-1": HOLDERS[3]})) is False  # older: ignored
+    src._holder_at.pop("GPU-1")  # as if never set: the late slot now takes it
+    assert src._apply(Slot(999_990.0, late, {"GPU-1": HOLDERS[3]})) is True
+    assert src._apply(Slot(1_000_020.0, at, held)) is True
+    assert src._holders == held
+    assert src._holder_at == {"GPU-0": 1_000_020.0, "GPU-1": 1_000_020.0}
 
 
 def _absorb_reference(kept: dict[str, Gpu], asm: Assembler) -> None:

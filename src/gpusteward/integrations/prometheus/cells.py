@@ -45,6 +45,24 @@ class Slot:
     holders: Mapping[str, Holder | None]
 
 
+class HeldMemo:
+    """The last slot's holders, handed out again, the very mapping, while a slot has the same
+    GPUs in the same order held by equal holders: the source (``PrometheusSource._apply``)
+    then knows at once that nothing changed. Comparing two lists of the same objects is a C
+    loop; building the mapping is a dictionary insert per GPU."""
+
+    def __init__(self) -> None:
+        self._last: tuple[list[str], list[Holder | None], Mapping[str, Holder | None]] | None = None
+
+    def of(self, uuids: list[str], holders: list[Holder | None]) -> Mapping[str, Holder | None]:
+        last = self._last
+        if last is not None and last[0] == uuids and last[1] == holders:
+            return last[2]
+        held = MappingProxyType(dict(zip(uuids, holders, strict=True)))
+        self._last = (uuids, holders, held)
+        return held
+
+
 @dataclass(frozen=True, slots=True)
 class Filed:
     """Points to fold and what their series are. Per point: its series (points come series
@@ -85,10 +103,13 @@ def fold(
     dropped: BoolArray,
     holder_of: Callable[[IntArray], list[Holder | None]],
     interval_s: float,
+    memo: HeldMemo | None = None,
 ) -> tuple[list[Slot], tuple[IntArray, FloatArray]]:
     """Every slot seen, oldest first, and the memory totals read (GPU numbers, MiB: one per
     cell that has one). ``dropped``: per GPU number, a MIG parent whose cells are left out;
-    ``holder_of`` answers the holders of series by number."""
+    ``holder_of`` answers the holders of series by number; ``memo``: the holders' mappings
+    handed out before (kept across calls by a fold that lives across ticks)."""
+    memo = HeldMemo() if memo is None else memo
     if not filed.sid.size:
         return [], (np.zeros(0, dtype=np.intp), np.zeros(0))
     g = len(gpus.rank)
@@ -126,13 +147,13 @@ def fold(
             {k: v[rows] for k, v in columns.items() if not np.isnan(v[rows]).all()},
         )
         if keep[lo:hi].all():  # no MIG parent among them: the slot's cells as they are
-            held = dict(zip(cell_uuid[lo:hi], holders[lo:hi], strict=True))
+            held = memo.of(cell_uuid[lo:hi], holders[lo:hi])
         else:
             kept = (lo + np.flatnonzero(keep[lo:hi])).tolist()
             if not kept:  # only MIG parents, dropped
                 continue
-            held = {cell_uuid[i]: holders[i] for i in kept}
-        out.append(Slot(cell_slot[lo] * interval_s, table, MappingProxyType(held)))
+            held = MappingProxyType({cell_uuid[i]: holders[i] for i in kept})
+        out.append(Slot(cell_slot[lo] * interval_s, table, held))
     return out, (cell_gpu[read], whole[read])
 
 

@@ -14,10 +14,8 @@ further. When some shards fail the tick goes on with the others; their GPUs go s
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
-import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,6 +28,7 @@ from gpusteward.integrations.prometheus.assemble import Assembler, GpuView
 from gpusteward.integrations.prometheus.cells import Slot
 from gpusteward.integrations.prometheus.client import PrometheusClient, QueryResult, TooManySamples
 from gpusteward.integrations.prometheus.filing import Identities
+from gpusteward.integrations.prometheus.holder_book import HolderBook
 from gpusteward.integrations.prometheus.parse import (
     DEFAULT_SPECS,
     REQUEST_COUNTERS,
@@ -53,7 +52,6 @@ from gpusteward.integrations.prometheus.workloads import build_workloads
 log = logging.getLogger(__name__)
 
 MAX_SHARDS = 256
-_ABSENT = object()  # a GPU with no holder known yet, not even None
 #: Assumed scrape interval when sizing queries (dcgm-exporter's default is 30 s; be safe).
 SCRAPE_GUESS_S = 10.0
 
@@ -106,14 +104,8 @@ class PrometheusSource:
         self._gpus: dict[str, Gpu] = {}
         self._gpu_tuple: tuple[Gpu, ...] | None = None  # _gpu_list's
         self._absorbed: dict[str, GpuIdentity] = {}  # each GPU's identity as last absorbed
-        self._last_seen: dict[str, float] = {}
         self._identities = Identities()
-        self._holders: dict[str, Holder | None] = {}
-        self._holder_at: dict[str, float] = {}
-        self._started: dict[str, datetime] = {}
-        # At least the newest time in ``_holder_at`` and in ``_last_seen``: a slot past them
-        # replaces all its GPUs' entries at once (``_apply``).
-        self._holders_upto, self._seen_upto = -math.inf, 0.0
+        self._book = HolderBook()  # each GPU's holder, since when, and its newest sample
         # The workloads only change with a holder (or a forgotten GPU): built again only then.
         self._workload_cache: tuple[Workload, ...] | None = None
         #: Queries sent so far (each uuid shard counts).
@@ -203,44 +195,25 @@ class PrometheusSource:
             self._gpu_tuple = tuple(self._gpus.values())
         return self._gpu_tuple
 
+    # The per-GPU bookkeeping lives in its book (holder_book.py); these names are the source's.
     def _apply(self, slot: Slot) -> bool:
-        """Take in one slot's holders and sample times; True when a holder changed."""
-        holders, start_s = slot.holders, slot.start_s
-        if start_s >= self._holders_upto:  # slots come in time order: newer than every one kept
-            known, started = self._holders, self._started
-            # The cached identities hand back the same Holder object: `is` settles most.
-            olds, news = list(map(known.get, holders, itertools.repeat(_ABSENT))), holders.values()
-            replaced = any(map(operator.is_not, olds, news))
-            changed = replaced and any(
-                (None if o is _ABSENT else o) != h for o, h in zip(olds, news, strict=True) if o is not h
-            )
-            if replaced:  # else every GPU has the very same holder already
-                known.update(holders)
-            self._holder_at.update(dict.fromkeys(holders, start_s))
-            self._holders_upto = start_s
-            # Every holder it had already was started when it came: only a change brings new ones.
-            for h in news if changed else ():
-                if h is not None and h.id not in started:
-                    started[h.id] = utc(start_s)
-        else:
-            changed = False
-            for uuid, holder in holders.items():
-                if start_s >= self._holder_at.get(uuid, -math.inf):
-                    changed = changed or self._holders.get(uuid) != holder
-                    self._holders[uuid], self._holder_at[uuid] = holder, start_s
-                    if holder is not None and holder.id not in self._started:
-                        self._started[holder.id] = utc(start_s)
-        uuids, times = slot.samples.uuids, slot.samples.at_s
-        if times.size and times.min() > self._seen_upto:  # every row newer than any seen
-            self._last_seen.update(zip(uuids, times.tolist(), strict=True))
-            self._seen_upto = float(times.max())
-        else:
-            seen = self._last_seen
-            for uuid, t in zip(uuids, times.tolist(), strict=True):
-                if t > seen.get(uuid, 0.0):
-                    seen[uuid] = t
-            self._seen_upto = max(self._seen_upto, float(times.max(initial=0.0)))
-        return changed
+        return self._book.apply(slot)
+
+    @property
+    def _holders(self) -> dict[str, Holder | None]:
+        return self._book.holders
+
+    @property
+    def _started(self) -> dict[str, datetime]:
+        return self._book.started
+
+    @property
+    def _holder_at(self) -> dict[str, float]:
+        return self._book.holder_at
+
+    @property
+    def _last_seen(self) -> dict[str, float]:
+        return self._book.last_seen
 
     def _forget(self, before_s: float, changed: bool = True) -> list[str]:
         """GPUs silent for a whole window are gone (returned); so are workloads that hold
@@ -251,8 +224,9 @@ class PrometheusSource:
         if seen and min(seen.values()) < before_s:
             gone = [u for u, t in seen.items() if t < before_s]
             for uuid in gone:
-                for d in (self._gpus, self._absorbed, seen, self._holders, self._holder_at):
+                for d in (self._gpus, self._absorbed):
                     d.pop(uuid, None)
+            self._book.forget(gone)
             self._workload_cache, self._gpu_tuple, changed = None, None, True
         if changed:
             holding = {h.id for h in self._holders.values() if h is not None}

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.integrations.prometheus.assemble import GpuView, merged, valid_readings
-from gpusteward.integrations.prometheus.cells import Filed, Numbering, Slot, fold
+from gpusteward.integrations.prometheus.cells import Filed, HeldMemo, Numbering, Slot, fold
 from gpusteward.integrations.prometheus.filing import FOLDS
 from gpusteward.integrations.prometheus.parse import HOLDER, INFO, GpuIdentity, Holder
 from gpusteward.integrations.prometheus.remote_write.receiver import Batch
@@ -37,6 +37,7 @@ class Fold(GpuView):
     def _begin(self) -> None:
         self._fields = sorted({s.field for s in self.specs.values()} - {HOLDER, INFO})
         self._field_of = {f: i for i, f in enumerate(self._fields)}
+        self._held = HeldMemo()  # the holders' mappings, the same objects from tick to tick
         self._start(-1)
 
     def _start(self, epoch: int) -> None:
@@ -105,6 +106,7 @@ class Fold(GpuView):
             dropped,
             lambda sids: list(map(holder.__getitem__, nums[sids].tolist())),
             self.interval_s,
+            self._held,
         )
         self._hand_over(seen, idents, dropped, mem_gpus, totals)
         return slots
