@@ -187,6 +187,19 @@ def test_series_met_before_are_read_from_their_ends_not_walked(monkeypatch: pyte
         )
 
 
+def test_a_request_read_with_another_receivers_series_is_looked_up_again() -> None:
+    """``push`` without the epoch of its look-up takes no number from the request: a receiver
+    that never met its series numbers them."""
+    body = encode(({"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": f"GPU-{i}"}, [(T0, 1.0)]) for i in range(3))
+    first = Receiver(["DCGM_FI_DEV_GPU_UTIL"], clock=lambda: T0 / 1000)
+    first.receive(body)
+    req = decode(body, 1 << 24, first._ids)
+    assert req.found is not None
+    other = Receiver(["DCGM_FI_DEV_GPU_UTIL"], clock=lambda: T0 / 1000)
+    assert other.push(req).accepted == 3
+    assert sorted(s.labels["UUID"] for s in other.drain()) == ["GPU-0", "GPU-1", "GPU-2"]
+
+
 def test_a_series_cut_short_is_a_bad_body() -> None:
     label = _field(1, Label(name="UUID", value="GPU-1").SerializeToString())
     inner = label + _field(2, _sample(1.0, T0, "plain"))

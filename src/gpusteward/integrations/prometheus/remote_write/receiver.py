@@ -175,7 +175,8 @@ class Receiver:
         wanted = (found >= 0) & has_points
         new: dict[bytes, dict[str, str]] = {}
         skipped: set[bytes] = set()
-        unread = () if req.found is not None else np.flatnonzero(~wanted & has_points).tolist()
+        # The shortcut's misses are all series it skips: nothing new among them to parse.
+        unread = () if found is req.found else np.flatnonzero(~wanted & has_points).tolist()
         for i in unread:
             key = req.labels[i]
             if key not in new:
