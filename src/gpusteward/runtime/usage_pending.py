@@ -5,7 +5,8 @@ over-provisioning advice named idle), waiting for the recorder's flush.
 Every tick adds every running workload (25,000 at 100,000 GPUs). The amounts are numpy columns,
 one row per workload seen that day, and a tick's use is summed per workload over the workloads'
 layout (``analysis.holdings.LAYOUTS``: every workload's GPUs in one row, kept while the same
-workload objects come in the same order), so a tick costs a look-up per GPU and numpy's work.
+workload objects come in the same order), so a tick costs numpy's work, and a look-up per GPU
+only when the layout or the fresh use's list of GPUs (``runtime.fresh_use``) is another one.
 """
 
 from __future__ import annotations
