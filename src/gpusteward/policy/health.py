@@ -58,14 +58,15 @@ def gpu_health(findings: Iterable[Finding], with_data: Iterable[str]) -> dict[st
     return out
 
 
+def repairs(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings that say a GPU state (``health_of`` is None for every other): a tick's
+    thousands of waste findings are left by an attribute test, without a call each."""
+    return [f for f in findings if f.action is RuleAction.REPAIR]
+
+
 def failed(findings: Iterable[Finding]) -> dict[str, Finding]:
     """GPU uuid → a ``gpu-failed`` finding on it."""
-    return {
-        u: f
-        for f in findings
-        if f.action is RuleAction.REPAIR and health_of(f) is Health.FAILED  # the action first: cheap
-        for u in f.gpu_uuids
-    }
+    return {u: f for f in repairs(findings) if health_of(f) is Health.FAILED for u in f.gpu_uuids}
 
 
 def set_aside(by_workload: dict[str, list[Finding]], workloads: Mapping[str, Workload]) -> frozenset[str]:

@@ -23,10 +23,10 @@ import numpy as np
 from gpusteward.analysis.engine import AnalysisResult
 from gpusteward.domain.errors import ExecutionError, SourceError
 from gpusteward.domain.health import Health
-from gpusteward.domain.models import HEALTH_METRICS, Decision, Finding, Gpu, RuleAction, Workload
+from gpusteward.domain.models import HEALTH_METRICS, Decision, Finding, Gpu, Workload
 from gpusteward.domain.nodes import NodeControl
 from gpusteward.domain.ports import Clock
-from gpusteward.policy.health import failed, gpu_health, health_of, plan_drains
+from gpusteward.policy.health import failed, gpu_health, health_of, plan_drains, repairs
 from gpusteward.policy.health_settings import HealthSettings
 from gpusteward.runtime.parking_executor import NodeParkingExecutor, node_workload
 from gpusteward.store.window import WindowView
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from gpusteward.runtime.config import Settings
 
 log = logging.getLogger(__name__)
-REPAIR = RuleAction.REPAIR
 
 
 def with_health_data(view: WindowView) -> list[str]:
@@ -80,15 +79,14 @@ class HealthStep:
         back by itself, and its holder's idleness stays the fault's. A new holder (the GPU was
         reset and handed out again) ends it; its counters speak for it from then on.
         """
-        # Only repair findings speak of health: the rest (thousands a tick) are left at once.
-        fresh = [f for f in analysis.findings if f.action is REPAIR and health_of(f) is Health.FAILED]
+        fresh = [f for f in repairs(analysis.findings) if health_of(f) is Health.FAILED]
         if fresh or self._latched:  # most ticks: no failed GPU, nothing to hold (no per-GPU pass)
             analysis = self._latch(now, analysis, fresh, workloads)
         self._findings = analysis.findings
         self._gpus = gpus
-        repairs = [f for f in self._findings if f.action is REPAIR]
-        self.states = gpu_health(repairs, with_health_data(view))
-        nodes = {gpus[u].node for u in failed(repairs) if u in gpus}
+        speaking = repairs(self._findings)
+        self.states = gpu_health(speaking, with_health_data(view))
+        nodes = {gpus[u].node for u in failed(speaking) if u in gpus}
         self._failed_since = {n: self._failed_since.get(n, now) for n in nodes}
         return analysis
 
