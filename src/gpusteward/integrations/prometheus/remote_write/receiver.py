@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusteward.integrations.prometheus.query import RawSeries
+from gpusteward.integrations.prometheus.remote_write.order import SKIP, UNKNOWN, SeriesOrder
 from gpusteward.integrations.prometheus.remote_write.wire import decode
 from gpusteward.integrations.prometheus.remote_write.wire import labels as decode_labels
 
@@ -145,6 +146,7 @@ class Receiver:
         self._buffered = 0
         self._pruned_at = clock()
         self._epoch = 0  # how many times the series were numbered again
+        self._order = SeriesOrder(0)  # the order series came in, for the decode's shortcut
 
     @property
     def buffered(self) -> int:
@@ -156,8 +158,9 @@ class Receiver:
         Raises ``BadBody``, ``TooLarge`` or ``BufferFull``."""
         # The series met before, for the decode's shortcut (walk.py): the numbers it finds stand
         # if the series are not numbered again before push takes the lock.
-        epoch, known = self._epoch, self._ids
-        return self.push(decode(body, self.max_decoded_bytes, known, self._unwanted), epoch)
+        epoch, known, order = self._epoch, self._ids, self._order
+        req = decode(body, self.max_decoded_bytes, known, self._unwanted, order)
+        return self.push(req, order.epoch if req.followed else epoch)
 
     def push(self, req: Request, epoch: int | None = None) -> Stats:
         """Buffer ``req``'s samples; ``epoch``: when its ``found`` numbers were looked up."""
@@ -176,15 +179,19 @@ class Receiver:
         new: dict[bytes, dict[str, str]] = {}
         skipped: set[bytes] = set()
         # The shortcut's misses are all series it skips: nothing new among them to parse.
-        unread = () if found is req.found else np.flatnonzero(~wanted & has_points).tolist()
+        shortcut = found is req.found
+        unread = () if shortcut else np.flatnonzero(~wanted & has_points).tolist()
+        skips: list[int] = np.flatnonzero(~wanted & has_points).tolist() if shortcut else []
         for i in unread:
             key = req.labels[i]
             if key not in new:
                 if key in unwanted or key in skipped:
+                    skips.append(i)
                     continue
                 labels = decode_labels(key)  # BadBody before anything is kept
                 if labels.get("__name__") not in names:
                     skipped.add(key)
+                    skips.append(i)
                     continue
                 new[key] = labels
             wanted[i] = True
@@ -205,6 +212,8 @@ class Receiver:
             kept, duplicates, out_of_order, too_new = self._judge(series, t_ms, values, limit_ms)
             if kept.any():
                 self._pending.append((series[kept], t_ms[kept], values[kept]))
+            if not req.followed:
+                self._learn(req.labels, at, numbers, skips)
             accepted = int(kept.sum())
             self._buffered += accepted
             st = self.stats
@@ -228,6 +237,18 @@ class Receiver:
                 self._newest_ms = np.concatenate([self._newest_ms, np.full(grow, _NEVER, dtype=np.int64)])
                 self._newest_v = np.concatenate([self._newest_v, np.full(grow, np.nan)])
         return n
+
+    def _learn(self, keys: list[bytes], at: IntArray, numbers: IntArray, skips: Collection[int]) -> None:
+        """Add a request looked up series by series to the order (``order.py``): the series at
+        ``at`` have ``numbers`` and those at ``skips`` are skipped. Under the lock."""
+        order = self._order
+        if order.full(len(keys)):  # (a prune starts a new one: _prune)
+            order = self._order = SeriesOrder(self._epoch)
+        fate = np.full(len(keys), UNKNOWN, dtype=np.intp)
+        fate[at] = numbers
+        fate[np.asarray(skips, dtype=np.intp)] = SKIP
+        own = self._keys  # the receiver's own bytes for its series: the order keeps no copy
+        order.learn([own[n] if n >= 0 else k for k, n in zip(keys, fate.tolist(), strict=True)], fate)
 
     def _judge(
         self, series: IntArray, t: IntArray, v: FloatArray, limit_ms: int
@@ -314,6 +335,7 @@ class Receiver:
         self._newest_ms = self._newest_ms[:n][keep]
         self._newest_v = self._newest_v[:n][keep]
         self._epoch += 1
+        self._order = SeriesOrder(self._epoch)
         self.stats.series = len(self._ids)
 
 

@@ -11,7 +11,8 @@ Before either, a request whose series the receiver has all met before (``known``
 the end of each series: a Prometheus sends one sample per series entry, whose bytes end the
 series in one of two fixed shapes, so whatever precedes them is the series' labels, looked up
 as they are. Only a lookup that finds them proves the guess (below), and any miss sends the
-whole request down the walk.
+whole request down the walk. Before a look-up of each, the order the sender's series came in
+(``order.py``) is followed: a series whose bytes are the guessed one's needs no look-up.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
+
+from gpusteward.integrations.prometheus.remote_write.order import SeriesOrder
 
 IntArray = npt.NDArray[np.intp]
 Bytes = npt.NDArray[np.uint8]
@@ -59,6 +62,8 @@ class Request:
     #: Read by the known series' shortcut: each series' value in ``known``, -1 for one of
     #: ``skip``; None otherwise (then series may be new).
     found: IntArray | None = None
+    #: Read by following the receiver's ``SeriesOrder``: nothing in it for the order to learn.
+    followed: bool = False
 
 
 def columns(
@@ -66,16 +71,18 @@ def columns(
     pb: ModuleType,
     known: Mapping[bytes, int] | None = None,
     skip: Collection[bytes] = frozenset(),
+    order: SeriesOrder | None = None,
 ) -> Request:
     """``raw`` (a decompressed WriteRequest) as a ``Request``; ``pb``: the generated remote_pb2.
     ``known`` and ``skip``: encoded labels a walk read before (the receiver's series, and those
-    it skips): every key in them must be one, for the shortcut's proof."""
+    it skips): every key in them must be one, for the shortcut's proof; ``order``: the order
+    the receiver met them in, tried before a look-up of each (``order.py``)."""
     try:
         series = list(pb.WriteRequestFlat.FromString(raw).timeseries)
     except Exception as e:  # google.protobuf.message.DecodeError
         raise Malformed(f"not a prometheus.WriteRequest: {e}") from e
     if known is not None and series:
-        req = _known(series, known, skip)
+        req = _known(series, known, skip, order)
         if req is not None:
             return req
     try:
@@ -84,7 +91,9 @@ def columns(
         return _plain(raw, pb)
 
 
-def _known(series: list[bytes], known: Mapping[bytes, int], skip: Collection[bytes]) -> Request | None:
+def _known(
+    series: list[bytes], known: Mapping[bytes, int], skip: Collection[bytes], order: SeriesOrder | None
+) -> Request | None:
     """The request, if every series ends with one sample of the senders' shape and the bytes
     before it are a key of ``known`` or ``skip``; else None.
 
@@ -112,18 +121,22 @@ def _known(series: list[bytes], known: Mapping[bytes, int], skip: Collection[byt
     zero = (buf[ends - 9] == _SAMPLE) & (buf[ends - 8] == _ZERO_VALUE - 2)
     if not (timed & (valued | zero)).all():
         return None
-    cuts = (sizes - np.where(valued, _WITH_VALUE, _ZERO_VALUE)).tolist()
-    keys = [s[:c] for s, c in zip(series, cuts, strict=True)]
-    found = np.fromiter(map(known.get, keys, repeat(-1)), dtype=np.intp, count=n)
-    missing = np.flatnonzero(found < 0)
-    if missing.size and not all(map(skip.__contains__, map(keys.__getitem__, missing.tolist()))):
-        return None
+    cuts = sizes - np.where(valued, _WITH_VALUE, _ZERO_VALUE)
+    followed = None if order is None else order.follow(series, cuts)
+    if followed is not None:
+        found, keys = followed
+    else:
+        keys = [s[:c] for s, c in zip(series, cuts.tolist(), strict=True)]
+        found = np.fromiter(map(known.get, keys, repeat(-1)), dtype=np.intp, count=n)
+        missing = np.flatnonzero(found < 0)
+        if missing.size and not all(map(skip.__contains__, map(keys.__getitem__, missing.tolist()))):
+            return None
     t_ms = (stamp.astype(np.int64) & 0x7F) << _STAMP_SHIFTS
     values = np.zeros(n, dtype=np.float64)
     if valued.any():
         payload = buf[(ends[valued] - 15)[:, None] + _VALUE_BYTES - 1]  # fixed64, little-endian
         values[valued] = np.ascontiguousarray(payload).view("<f8").reshape(-1)
-    return Request(keys, np.ones(n, dtype=np.intp), t_ms.sum(axis=1), values, found)
+    return Request(keys, np.ones(n, dtype=np.intp), t_ms.sum(axis=1), values, found, followed is not None)
 
 
 def _walk(series: list[bytes]) -> Request:

@@ -13,6 +13,7 @@ from gpusteward.domain.errors import SourceUnavailable
 from gpusteward.integrations.prometheus.remote_write.walk import Malformed, Request, columns
 
 if TYPE_CHECKING:
+    from gpusteward.integrations.prometheus.remote_write.order import SeriesOrder
     from gpusteward.integrations.prometheus.remote_write.proto.types_pb2 import Label
 
 EXTRA = "pip install 'gpusteward[remote-write]'"
@@ -50,9 +51,10 @@ def decode(
     max_decoded_bytes: int,
     known: Mapping[bytes, int] | None = None,
     skip: Collection[bytes] = frozenset(),
+    order: SeriesOrder | None = None,
 ) -> Request:
     """The request in ``body``, as columns (``walk.Request``: each series' labels left encoded;
-    ``known`` and ``skip``, series met before, as ``walk.columns`` takes them). The length
+    ``known``, ``skip`` and ``order``, series met before, as ``walk.columns`` takes them). The length
     snappy declares is checked before decompressing: a small body can claim (and expand to)
     many times its size."""
     snappy, pb = _libs()
@@ -67,7 +69,7 @@ def decode(
     except Exception as e:
         raise BadBody(f"not a snappy block: {e}") from e
     try:
-        return columns(raw, pb, known, skip)
+        return columns(raw, pb, known, skip, order)
     except Malformed as e:
         raise BadBody(str(e)) from e
 
