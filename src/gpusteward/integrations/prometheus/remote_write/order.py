@@ -21,6 +21,9 @@ import numpy.typing as npt
 IntArray = npt.NDArray[np.intp]
 #: A series to skip (its metric is not read), and one whose fate is not known (no sample).
 SKIP, UNKNOWN = -1, -2
+#: Entries at most (about 100 bytes each, the keys shared with the receiver's): twice the
+#: series a receiver skips at most, then a new order starts.
+LIMIT = 2_000_000
 #: Series per run under which a request counts as not in order: a run costs about what a
 #: look-up of 30 series does.
 _SERIES_PER_RUN = 32
@@ -31,7 +34,7 @@ class SeriesOrder:
     ``SKIP``). Written by the receiver under its lock; read by decodes on any thread: a reader
     sees the entries before ``len(keys)``, whose other columns are written first."""
 
-    def __init__(self, epoch: int, limit: int = 4_000_000) -> None:
+    def __init__(self, epoch: int, limit: int = LIMIT) -> None:
         self.epoch = epoch
         self.limit = limit
         self.keys: list[bytes] = []

@@ -67,7 +67,7 @@ class Request:
 
 
 def columns(
-    raw: bytes,
+    raw: bytes | memoryview,
     pb: ModuleType,
     known: Mapping[bytes, int] | None = None,
     skip: Collection[bytes] = frozenset(),
@@ -272,7 +272,7 @@ def _sample_columns(
     return times, values
 
 
-def _plain(raw: bytes, pb: ModuleType) -> Request:
+def _plain(raw: bytes | memoryview, pb: ModuleType) -> Request:
     """The same ``Request`` through upb's objects, one series at a time."""
     from gpusteward.integrations.prometheus.remote_write.proto.types_pb2 import Sample
 

@@ -65,7 +65,7 @@ def decode(
     if size > max_decoded_bytes:
         raise TooLarge(f"body decompresses to {size} bytes, over the {max_decoded_bytes}-byte limit")
     try:
-        raw = bytes(snappy.decompress_raw(body))
+        raw = memoryview(snappy.decompress_raw(body))  # upb reads it in place: no copy
     except Exception as e:
         raise BadBody(f"not a snappy block: {e}") from e
     try:
