@@ -97,3 +97,24 @@ def test_a_write_that_failed_is_made_again_in_full(
     rec = store.workload_info("j1")
     assert rec is not None
     assert rec.name == "train-v2"
+
+
+def test_workloads_first_seen_at_other_times_are_each_bumped_when_due(store: StateStore) -> None:
+    """A steady tick is told by the oldest of the workloads' last_seen_at: one seen earlier than
+    the others is bumped when it is due, though they are not."""
+    early, late = _job("j1", "train"), _job("j2", "eval")
+    minute = timedelta(minutes=1)
+    store.remember_workloads([early], T0)
+    store.remember_workloads([early, late], T0 + 3 * minute)  # j2 new: seen now
+    for k in range(4, 12):
+        store.remember_workloads([early, late], T0 + k * minute)  # the same objects each tick
+        for job in (early, late):
+            rec = store.workload_info(job.id)
+            assert rec is not None
+            assert T0 + k * minute - SEEN_EVERY < rec.last_seen_at <= T0 + k * minute
+    back = T0 + 9 * minute  # the clock stepped back past one of them: neither runs ahead
+    store.remember_workloads([early, late], back)
+    for job in (early, late):
+        rec = store.workload_info(job.id)
+        assert rec is not None
+        assert rec.last_seen_at <= back
