@@ -59,8 +59,8 @@ class Request:
     counts: IntArray
     t_ms: npt.NDArray[np.int64]
     values: npt.NDArray[np.float64]
-    #: Read by the known series' shortcut: each series' value in ``known``, -1 for one of
-    #: ``skip``; None otherwise (then series may be new).
+    #: Read by the known series' shortcut: each series' value in ``known`` (or its number in
+    #: the order followed), -1 for one to skip; None otherwise (then series may be new).
     found: IntArray | None = None
     #: Read by following the receiver's ``SeriesOrder``: nothing in it for the order to learn.
     followed: bool = False
