@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusteward.analysis.cost import PriceTable
+from gpusteward.domain.cloud import Instance, Lifecycle
 from gpusteward.domain.models import Gpu, Owner, Workload, WorkloadKind
 from gpusteward.runtime.fresh_use import FreshUse
 from gpusteward.runtime.showback_recorder import (
@@ -126,3 +127,35 @@ def test_held_is_adding_gpu_by_gpu(tick_list: list[Any]) -> None:
         reference(want, "2026-03-01", hours, dict(use), workloads, gpus, rates)
         assert got.amounts() == want.amounts()
         assert list(got.amounts()) == list(want.amounts())  # the same rows, in the same order
+
+
+class _Cloud:
+    """Implements ``InstanceControl``'s reads: one instance per node, at a price set per call."""
+
+    name = "test"
+
+    def __init__(self) -> None:
+        self.price = 8.0
+
+    def instances(self) -> Mapping[str, Instance]:
+        return {
+            f"node-{k}": Instance(f"i-{k}", f"node-{k}", "p5", Lifecycle.SPOT, "running", T0, 2, self.price)
+            for k in range(3)
+        }
+
+    def instance(self, instance_id: str) -> Instance | None:
+        return None
+
+
+def test_the_same_gpus_are_priced_again_when_their_nodes_rates_change() -> None:
+    """The same GPUs' list and Gpu objects, but the cloud's prices changed between the ticks."""
+    cloud = _Cloud()
+    got, want = ShowbackPending(PRICES), ShowbackPending(PRICES)
+    rates, gpus = NodeRates(cloud), {u: _gpu(u, 0, 0.0) for u in UUIDS}
+    use = FreshUse.of(dict.fromkeys(UUIDS, (50.0, None)))
+    for price in (8.0, 12.0):
+        cloud.price = price
+        rates.refresh(g.node for g in gpus.values())
+        got.held("2026-03-01", 0.5, use, {}, gpus, rates)
+        reference(want, "2026-03-01", 0.5, dict(use), {}, gpus, rates)
+        assert got.amounts() == want.amounts()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Iterable, Mapping
-from operator import is_not, itemgetter
+from operator import is_, is_not, itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,7 @@ NOBODY = Owner("(unallocated)")
 UNKNOWN_MODEL = "unknown"
 #: A GPU's price entry: the Gpu priced, its (model, rate) number, its price per GPU-hour.
 _Priced = tuple[Gpu | None, int, float]
+_Figures = tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]  # per GPU: (model, rate) number, price
 _GPU, _KIND, _PRICE = itemgetter(0), itemgetter(1), itemgetter(2)
 #: No entry yet: its Gpu is never the one known (a fresh object), so it is priced.
 _UNPRICED: _Priced = (Gpu("-", "-", -1, "-", 0), -1, 0.0)
@@ -114,6 +115,8 @@ class ShowbackPending:
         self._kinds: dict[tuple[str, Rate], int] = {}
         self._held_by: tuple[Layout, dict[str, int], list[Owner]] | None = None
         self._who_of: tuple[dict[str, int], list[str], npt.NDArray[np.intp]] | None = None
+        #: The last tick's GPUs' list, price entries, Gpu objects read, and figures (``_prices``).
+        self._prices_of: tuple[list[str], dict[str, _Priced], list[Gpu | None], _Figures] | None = None
 
     def acc(self, day: str, owner: Owner, model: str, rate: Rate) -> list[float]:
         """The pending amounts of (day, owner, model, rate)."""
@@ -153,12 +156,9 @@ class ShowbackPending:
         if not uuids:
             return
         holder, owners = self._holders(list(workloads.values()))
-        hits = self._prices(uuids, gpus, rates)
-        n = len(uuids)
+        kind, price = self._prices(uuids, gpus, rates)
         # Per GPU its group, (owner, model, rate) as one number; every step below is a C loop.
         who = self._who(holder, uuids)
-        kind = np.fromiter(map(_KIND, hits), np.intp, n)
-        price = np.fromiter(map(_PRICE, hits), np.float64, n)
         util, power = fresh.util, fresh.power  # power NaN: never measured
         kinds = list(self._kinds)  # by number
         groups, first, at = np.unique(who * len(kinds) + kind, return_index=True, return_inverse=True)
@@ -207,11 +207,16 @@ class ShowbackPending:
         self._held_by = (layout, holder, owners)
         return holder, owners
 
-    def _prices(self, uuids: list[str], gpus: Mapping[str, Gpu], rates: NodeRates) -> list[_Priced]:
-        """Each GPU's price entry, priced again where its ``Gpu`` is another object than last
-        time (a GPU is the same object while it is unchanged)."""
+    def _prices(self, uuids: list[str], gpus: Mapping[str, Gpu], rates: NodeRates) -> _Figures:
+        """Each GPU's (model, rate) by number and price, from its price entry, priced again where
+        its ``Gpu`` is another object than last time (a GPU is the same object while it is
+        unchanged)."""
         priced = self._priced_by(rates)
         known = list(map(gpus.get, uuids))
+        kept = self._prices_of
+        # The same GPUs' list, entries and Gpu objects as last time: last time's figures.
+        if kept is not None and kept[0] is uuids and kept[1] is priced and all(map(is_, known, kept[2])):
+            return kept[3]
         hits = list(map(priced.get, uuids, itertools.repeat(_UNPRICED)))
         # Where the entry's Gpu is not the one known now (or there is none): C loops, not a
         # Python step per GPU.
@@ -219,7 +224,12 @@ class ShowbackPending:
             model, rate, price = self._price_of(known[i], rates)
             kind = self._kinds.setdefault((model, rate), len(self._kinds))
             hits[i] = priced[uuids[i]] = (known[i], kind, price)
-        return hits
+        n = len(uuids)
+        figures = np.fromiter(map(_KIND, hits), np.intp, n), np.fromiter(map(_PRICE, hits), np.float64, n)
+        for column in figures:
+            column.flags.writeable = False  # handed out again while the GPUs are unchanged
+        self._prices_of = (uuids, priced, known, figures)
+        return figures
 
     def _priced_by(self, rates: NodeRates) -> dict[str, _Priced]:
         """The price entries by GPU uuid, kept while the nodes' rates are the same maps."""
