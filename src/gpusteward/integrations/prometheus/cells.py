@@ -205,6 +205,10 @@ def _values(
 def _last_newest(group: IntArray, t: FloatArray, first: BoolArray | None, n: int) -> IntArray:
     """Per group 0..n-1, the index of its newest point; at a tie, one where ``first`` holds,
     then the last (-1: a group with no point). Two maxima per group instead of a sort."""
+    if group.size <= n and np.bincount(group, minlength=n).max(initial=0) <= 1 and not np.isnan(t).any():
+        best = np.full(n, -1, dtype=np.intp)  # a point per group at most (a tick's scrapes): itself
+        best[group] = np.arange(group.size)
+        return best
     newest = np.full(n, -np.inf)
     np.maximum.at(newest, group, t)
     tied = np.flatnonzero(t == newest[group])
