@@ -179,9 +179,8 @@ class Receiver:
         new: dict[bytes, dict[str, str]] = {}
         skipped: set[bytes] = set()
         # The shortcut's misses are all series it skips: nothing new among them to parse.
-        shortcut = found is req.found
-        unread = () if shortcut else np.flatnonzero(~wanted & has_points).tolist()
-        skips: list[int] = np.flatnonzero(~wanted & has_points).tolist() if shortcut else []
+        shortcut, missed = found is req.found, np.flatnonzero(~wanted & has_points).tolist()
+        unread, skips = ([], missed) if shortcut else (missed, [])
         for i in unread:
             key = req.labels[i]
             if key not in new:
