@@ -64,9 +64,14 @@ def repairs(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.action is RuleAction.REPAIR]
 
 
+def failures(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings that say a GPU failed."""
+    return [f for f in repairs(findings) if health_of(f) is Health.FAILED]
+
+
 def failed(findings: Iterable[Finding]) -> dict[str, Finding]:
     """GPU uuid → a ``gpu-failed`` finding on it."""
-    return {u: f for f in repairs(findings) if health_of(f) is Health.FAILED for u in f.gpu_uuids}
+    return {u: f for f in failures(findings) for u in f.gpu_uuids}
 
 
 def set_aside(by_workload: dict[str, list[Finding]], workloads: Mapping[str, Workload]) -> frozenset[str]:

@@ -26,7 +26,7 @@ from gpusteward.domain.health import Health
 from gpusteward.domain.models import HEALTH_METRICS, Decision, Finding, Gpu, Workload
 from gpusteward.domain.nodes import NodeControl
 from gpusteward.domain.ports import Clock
-from gpusteward.policy.health import failed, gpu_health, health_of, plan_drains, repairs
+from gpusteward.policy.health import failed, failures, gpu_health, plan_drains, repairs
 from gpusteward.policy.health_settings import HealthSettings
 from gpusteward.runtime.parking_executor import NodeParkingExecutor, node_workload
 from gpusteward.store.window import WindowView
@@ -79,7 +79,7 @@ class HealthStep:
         back by itself, and its holder's idleness stays the fault's. A new holder (the GPU was
         reset and handed out again) ends it; its counters speak for it from then on.
         """
-        fresh = [f for f in repairs(analysis.findings) if health_of(f) is Health.FAILED]
+        fresh = failures(analysis.findings)
         if fresh or self._latched:  # most ticks: no failed GPU, nothing to hold (no per-GPU pass)
             analysis = self._latch(now, analysis, fresh, workloads)
         self._findings = analysis.findings
