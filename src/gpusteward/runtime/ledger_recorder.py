@@ -134,6 +134,7 @@ class LedgerRecorder:
         #: Stops done accruing, kept a while so a later step is not credited again: key → ends.
         self._done: dict[str, datetime] = {}
         self._dirty: set[str] = set()
+        self._dirty_waste: set[str] = set()  # GPUs whose waste mark moved (their keys: _WASTE + uuid)
         # Pending amounts (one tick adds thousands): plain lists by day and owner, numpy columns
         # per workload (runtime/usage_pending.py).
         self._daily: dict[DailyKey, list[float]] = {}
@@ -220,21 +221,23 @@ class LedgerRecorder:
             findings, key=lambda f: (f.action is not RuleAction.RECLAIM, f.rule, f.workload_id or "")
         ):
             self._kinds[f.rule] = f.kind
+            prevs = list(map(until.get, f.gpu_uuids))
+            if all(prev is not None and prev >= f.at for prev in prevs):
+                continue  # counted up to the finding already: a second rule on the same GPUs
             w = workloads.get(f.workload_id or "")
             owner = w.owner if w is not None else NOBODY
             began = f.at - timedelta(minutes=max(0.0, f.wasted_minutes))
             # GPUs counted from the same time share its days (most often all of a finding's GPUs:
             # counted up to the last tick), so the days are split once for them.
             since: dict[datetime, list[str]] = {}
-            for uuid in f.gpu_uuids:
-                prev = until.get(uuid)
+            for uuid, prev in zip(f.gpu_uuids, prevs, strict=True):
                 start = began if prev is None or prev < began else prev
                 if f.at > start:
                     since.setdefault(start, []).append(uuid)
             for start, uuids in since.items():
                 self._count_waste(f, owner, start, uuids, gpus, power)
                 until.update(dict.fromkeys(uuids, f.at))
-                self._dirty.update(_WASTE + u for u in uuids)
+                self._dirty_waste.update(uuids)
 
     def _count_waste(
         self,
@@ -354,11 +357,9 @@ class LedgerRecorder:
 
     def _marks(self) -> tuple[list[Mark], set[str]]:
         """The dirty marks to save, and the finished ones old enough to forget."""
-        saved = []
+        saved = [Mark(_WASTE + u, self._waste_until[u]) for u in sorted(self._dirty_waste)]
         for key in sorted(self._dirty):
-            if key.startswith(_WASTE):
-                saved.append(Mark(key, self._waste_until[key[len(_WASTE) :]]))
-            elif key in self._active:
+            if key in self._active:
                 since, _, data = self._active[key]
                 saved.append(Mark(key, since, data))
             elif key in self._done:
@@ -384,5 +385,5 @@ class LedgerRecorder:
         self._daily, self._daily_by = {}, {}
         self._usage.clear()
         self._showback.clear()
-        self._dirty = set()
+        self._dirty, self._dirty_waste = set(), set()
         self._flushed_at = now or until or self._prev_at
