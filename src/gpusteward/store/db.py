@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, bindparam, create_engine, event, func, insert, or_, select, update
+from sqlalchemy import Table, create_engine, event, func, insert, or_, select, update
 from sqlalchemy.engine import Connection, Row, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
@@ -32,7 +32,7 @@ from gpusteward.domain.records import (
     SnoozeRecord,
     WorkloadRecord,
 )
-from gpusteward.store import audit_chain, decided, episodes, ladders, schema
+from gpusteward.store import audit_chain, decided, episodes, ladders, schema, snapshots
 from gpusteward.store.actions import ActionLog, inserted_id
 from gpusteward.store.controls import OwnerControls
 from gpusteward.store.dbschema import (
@@ -48,13 +48,11 @@ from gpusteward.store.ledger import LedgerStore
 from gpusteward.store.queue_waits import SqlQueueWaits
 from gpusteward.store.rows import (
     audit_of,
-    chunks,
     decision_of,
     episode_of,
     notice_of,
     notice_row,
     workload_of,
-    workload_row,
 )
 
 __all__ = [
@@ -96,11 +94,7 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
     ``store.actions.ActionLog``, queue waits from ``store.queue_waits.SqlQueueWaits``."""
 
     def __init__(self, url: str = "sqlite:///gpusteward.db") -> None:
-        self._snapshots: dict[str, dict[str, Any]] = {}  # workload id → snapshot last written
-        self._snapshot_of: dict[str, Workload] = {}  # and the (frozen) workload it was made from
-        self._seen_at: dict[str, datetime] = {}  # and the last_seen_at last written with it
-        self._last_remembered: list[Workload] = []  # the workloads of the last call (_steady)
-        self._seen_span: tuple[datetime, datetime] | None = None  # their oldest and newest last_seen_at
+        self._snapshots = snapshots.KeptSnapshots(SEEN_EVERY)  # the workloads as last written
         self._open = episodes.OpenEpisodes(SEEN_EVERY)  # the open finding episodes, as the leader
         self._ladders = ladders.KeptLadders(SEEN_EVERY)  # and the ladders it writes
         self._decided = decided.LastDecisions()  # and its decisions' last signatures
@@ -308,63 +302,14 @@ class StateStore(OwnerControls, ActionLog, SqlDocs, SqlQueueWaits):
 
     # -- workload snapshots -------------------------------------------------------------------
     def remember_workloads(self, workloads: Iterable[Workload], at: datetime) -> None:
-        """Upsert each workload's snapshot; unchanged ones only get ``last_seen_at`` bumped."""
-        ws, snaps, made_from = list(workloads), self._snapshots, self._snapshot_of
-        if self._steady(ws, at):
+        """Upsert each workload's snapshot; unchanged ones only get ``last_seen_at`` bumped, every
+        ``SEEN_EVERY`` (``store/snapshots.py``)."""
+        ws = list(workloads)
+        if self._snapshots.steady(ws, at):
             return
-        # A source that hands back the same workload object (the replay) needs no new snapshot.
-        wanted = {w.id: snaps[w.id] if made_from.get(w.id) is w else workload_row(w) for w in ws}
-        if not wanted:
-            return
-        c = workloads_t.c
-        names = list(next(iter(wanted.values())))
         with self._tx("remember workloads") as conn:
-            # Snapshots this store wrote are cached, so a steady tick reads nothing back.
-            unknown = sorted(i for i in wanted if i not in self._snapshots)
-            stored = {i: snaps[i] for i in wanted if i in snaps}  # not a scan of every snapshot
-            for chunk in chunks(unknown):
-                for r in conn.execute(select(workloads_t).where(c.id.in_(chunk))):
-                    stored[r.id] = {n: r._mapping[n] for n in names}
-            new = [
-                {"id": i, **v, "first_seen_at": at, "last_seen_at": at}
-                for i, v in wanted.items()
-                if i not in stored
-            ]
-            changed = [
-                {"wid": i, **v, "last_seen_at": at}
-                for i, v in wanted.items()
-                if i in stored and stored[i] is not v and stored[i] != v
-            ]
-            if new:
-                conn.execute(insert(workloads_t), new)
-            if changed:
-                conn.execute(update(workloads_t).where(c.id == bindparam("wid")), changed)
-            # last_seen_at to SEEN_EVERY, not to the tick: a write per workload a tick was most of this
-            seen, due, written = self._seen_at, at - SEEN_EVERY, {r["wid"] for r in changed}
-            stale = (i for i in stored if i not in seen or seen[i] <= due or seen[i] > at)
-            bump = sorted(i for i in stale if i not in written)  # a rewritten row has it already
-            for chunk in chunks(bump):
-                conn.execute(update(workloads_t).where(c.id.in_(chunk)).values(last_seen_at=at))
-        if len(self._snapshots) > 100_000:  # bound the cache on a very long-running agent
-            self._snapshots.clear()
-            made_from.clear()
-            self._seen_at.clear()
-        self._snapshots.update(wanted)
-        made_from.update((w.id, w) for w in ws)
-        self._seen_at.update(dict.fromkeys([*bump, *written, *(r["id"] for r in new)], at))
-        self._last_remembered = ws  # only once written: a failed call is made again in full
-        # Kept for _steady: looking every workload up each tick cost 30 ms at 100,000 GPUs.
-        lately = list(map(self._seen_at.get, map(_ID, ws)))
-        times = [t for t in lately if t is not None]
-        self._seen_span = (min(times), max(times)) if times and len(times) == len(lately) else None
-
-    def _steady(self, ws: list[Workload], at: datetime) -> bool:
-        """The very workload objects of the last call, each written and seen within SEEN_EVERY
-        before ``at``: nothing to write or read (a steady tick, checked at C speed)."""
-        last, span = self._last_remembered, self._seen_span
-        if span is None or not ws or len(ws) != len(last) or not all(map(operator.is_, ws, last)):
-            return False
-        return span[0] > at - SEEN_EVERY and span[1] <= at
+            kept = self._snapshots.write(conn, ws, at)
+        kept()
 
     def workload_info(self, workload_id: str) -> WorkloadRecord | None:
         with self._tx("read workload") as conn:
