@@ -9,6 +9,7 @@ The functions here only say which step is next and when it is due; whether it is
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -60,6 +61,7 @@ def observe(state: LadderState, rule: str, now: datetime) -> LadderState:
     )
 
 
+@functools.cache  # the ladder's few configured lengths, asked for by each waiting ladder each tick
 def _minutes(m: float) -> timedelta:
     return timedelta(minutes=m)
 
