@@ -8,7 +8,6 @@ per tick; SQLAlchemy errors become ``StoreError`` with the cause.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
@@ -70,7 +69,6 @@ __all__ = [
 #: A workload's ``last_seen_at`` lags the loop by at most this much (owner controls call a
 #: workload finished after 15 minutes unseen: runtime.owner_controls.FINISHED_AFTER).
 SEEN_EVERY = timedelta(minutes=5)
-_ID = operator.attrgetter("id")
 
 
 def _short(e: BaseException) -> str:
