@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import ClauseElement
 
 from gpusteward.domain.models import Workload
-from gpusteward.store.bulk import Bulk, times
+from gpusteward.store.bulk import Bulk, bound
 from gpusteward.store.dbschema import workloads_t
 from gpusteward.store.rows import chunks, workload_row
 
@@ -97,7 +97,7 @@ class KeptSnapshots:
         ``at``: a clock stepped back); the ids moved."""
         seen, due = self._seen_at, at - self.every
         bump = sorted(i for i in ids if i not in seen or seen[i] <= due or seen[i] > at)
-        moved = times(conn.dialect, workloads_t.c.last_seen_at)(at)
+        moved = bound(conn.dialect, workloads_t.c.last_seen_at, at)
         _SEEN.run(conn, [(moved, i) for i in bump])
         return bump
 
